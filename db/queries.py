@@ -1,0 +1,249 @@
+"""Queries used by more than one room: accounts and keys, job creation, results, progress."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.orm import Session
+
+from db.models import FINAL_JOB_STATUSES, Account, ApiKey, Chunk, Job, JobItem, Result
+
+KEY_PREFIX = "lw_"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def aware(moment: datetime | None) -> datetime | None:
+    """SQLite hands timestamps back naive; they were written in UTC."""
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment
+
+
+# --- accounts and API keys -------------------------------------------------------------
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_account(session: Session, name: str, type_: str) -> tuple[Account, str]:
+    """Create an account with one API key; the key is returned once and stored hashed."""
+    account = Account(name=name, type=type_)
+    session.add(account)
+    session.flush()
+    return account, add_api_key(session, account)
+
+
+def add_api_key(session: Session, account: Account) -> str:
+    prefix = KEY_PREFIX + secrets.token_hex(4)
+    key = f"{prefix}_{secrets.token_urlsafe(32)}"
+    session.add(ApiKey(account_id=account.id, prefix=prefix, key_hash=hash_key(key)))
+    session.flush()
+    return key
+
+
+def account_for_key(session: Session, key: str) -> Account | None:
+    """The account owning a live key, or None; compares hashes in constant time."""
+    prefix, sep, _ = key.rpartition("_")
+    if not sep or not prefix.startswith(KEY_PREFIX):
+        return None
+    row = session.scalar(select(ApiKey).where(ApiKey.prefix == prefix, ApiKey.revoked_at.is_(None)))
+    if row is None or not hmac.compare_digest(row.key_hash, hash_key(key)):
+        return None
+    return row.account
+
+
+# --- jobs ---------------------------------------------------------------------------
+
+
+def create_job(
+    session: Session,
+    *,
+    account_id: int,
+    task: str,
+    labels: Sequence[str],
+    items: Sequence[tuple[str, str]],
+    lane: str,
+    chunks: Sequence[tuple[int, int]],
+    chunk_size: int,
+    source: str = "api",
+) -> Job:
+    """Write a job, its items (COPY on Postgres) and its chunks; the caller commits."""
+    job = Job(
+        id=uuid.uuid4(),
+        account_id=account_id,
+        task=task,
+        labels=list(labels),
+        status="queued",
+        lane=lane,
+        source=source,
+        total_items=len(items),
+        succeeded_items=0,
+        failed_items=0,
+        chunk_size=chunk_size,
+        model_seconds=0.0,
+    )
+    session.add(job)
+    session.flush()
+    bulk_insert_items(session, job.id, items)
+    session.execute(
+        insert(Chunk),
+        [
+            {
+                "job_id": job.id,
+                "seq": seq,
+                "start": start,
+                "stop": stop,
+                "queue": lane,
+                "task_id": str(uuid.uuid4()),
+                "state": "queued",
+                "attempts": 0,
+            }
+            for seq, (start, stop) in enumerate(chunks)
+        ],
+    )
+    return job
+
+
+def bulk_insert_items(
+    session: Session, job_id: uuid.UUID, items: Iterable[tuple[str, str]]
+) -> None:
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        # COPY is an order of magnitude faster than INSERTs for large uploads.
+        raw = conn.connection.driver_connection
+        with raw.cursor() as cur:
+            with cur.copy("COPY job_items (job_id, idx, item_id, text) FROM STDIN") as copy:
+                for idx, (item_id, text) in enumerate(items):
+                    copy.write_row((job_id, idx, item_id, text))
+        return
+    rows = [
+        {"job_id": job_id, "idx": idx, "item_id": item_id, "text": text}
+        for idx, (item_id, text) in enumerate(items)
+    ]
+    if rows:
+        session.execute(insert(JobItem), rows)
+
+
+def chunks_of(session: Session, job_id: uuid.UUID) -> list[Chunk]:
+    return list(session.scalars(select(Chunk).where(Chunk.job_id == job_id).order_by(Chunk.seq)))
+
+
+def chunk_items(session: Session, chunk: Chunk) -> list[JobItem]:
+    return list(
+        session.scalars(
+            select(JobItem)
+            .where(
+                JobItem.job_id == chunk.job_id,
+                JobItem.idx >= chunk.start,
+                JobItem.idx < chunk.stop,
+            )
+            .order_by(JobItem.idx)
+        )
+    )
+
+
+def mark_job_running(session: Session, job_id: uuid.UUID) -> None:
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status == "queued")
+        .values(status="running", started_at=utcnow())
+    )
+
+
+def upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert or overwrite results by (job, idx): a redelivered chunk never duplicates one."""
+    if not rows:
+        return
+    dialect = session.connection().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    stmt = dialect_insert(Result).values([{"job_id": job_id, **row} for row in rows])
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[Result.job_id, Result.idx],
+        set_={
+            "item_id": stmt.excluded.item_id,
+            "label": stmt.excluded.label,
+            "output": stmt.excluded.output,
+            "error": stmt.excluded.error,
+        },
+    )
+    session.execute(stmt)
+
+
+def items_done(session: Session, job_id: uuid.UUID) -> int:
+    return session.scalar(select(func.count()).where(Result.job_id == job_id)) or 0
+
+
+def finalize_job(session: Session, job_id: uuid.UUID) -> str | None:
+    """Write totals, label counts and model time, and the final status, once.
+
+    Returns the final status, or None when the job was already final (a second call is a
+    no-op, so a redelivered or duplicated callback never finalizes a job twice).
+    """
+    job = session.get(Job, job_id)
+    if job is None or job.status in FINAL_JOB_STATUSES:
+        return None
+    label_rows = session.execute(
+        select(Result.label, func.count())
+        .where(Result.job_id == job_id, Result.error.is_(None))
+        .group_by(Result.label)
+    ).all()
+    label_counts = {label: n for label, n in sorted(label_rows, key=lambda r: (-r[1], r[0] or ""))}
+    succeeded = sum(label_counts.values())
+    # Items with no result at all count as failed: the job must never claim them.
+    failed = job.total_items - succeeded
+    model_seconds = session.scalar(
+        select(func.coalesce(func.sum(Chunk.model_seconds), 0.0)).where(Chunk.job_id == job_id)
+    )
+    if failed == 0:
+        status = "succeeded"
+    elif succeeded > 0:
+        status = "partial"
+    else:
+        status = "failed"
+    now = utcnow()
+    done = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.not_in(FINAL_JOB_STATUSES))
+        .values(
+            status=status,
+            succeeded_items=succeeded,
+            failed_items=failed,
+            label_counts=label_counts,
+            model_seconds=float(model_seconds or 0.0),
+            started_at=func.coalesce(Job.started_at, now),
+            finished_at=now,
+        )
+    )
+    return status if done.rowcount == 1 else None
+
+
+def iter_results(session: Session, job_id: uuid.UUID, batch: int = 1000) -> Iterator[Result]:
+    """Results in item order, fetched in pages so a huge job streams in bounded memory."""
+    last = -1
+    while True:
+        page = list(
+            session.scalars(
+                select(Result)
+                .where(Result.job_id == job_id, Result.idx > last)
+                .order_by(Result.idx)
+                .limit(batch)
+            )
+        )
+        if not page:
+            return
+        yield from page
+        last = page[-1].idx

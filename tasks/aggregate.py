@@ -1,0 +1,18 @@
+"""The chord callback: totals, label counts and timings into the job, and its final status."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from celery import shared_task
+
+from db.queries import finalize_job
+from db.session import session_scope
+
+
+@shared_task(name="laneway.aggregate_job", acks_late=True)
+def aggregate_job(job_id: str) -> dict[str, Any]:
+    with session_scope() as session:
+        status = finalize_job(session, uuid.UUID(job_id))
+    return {"job": job_id, "status": status, "finalized": status is not None}
