@@ -54,9 +54,11 @@ def add_api_key(session: Session, account: Account) -> str:
 
 def account_for_key(session: Session, key: str) -> Account | None:
     """The account owning a live key, or None; compares hashes in constant time."""
-    prefix, sep, _ = key.rpartition("_")
-    if not sep or not prefix.startswith(KEY_PREFIX):
+    # lw_<8 hex>_<secret>: the secret itself may contain underscores.
+    parts = key.split("_", 2)
+    if len(parts) != 3 or f"{parts[0]}_" != KEY_PREFIX:
         return None
+    prefix = f"{parts[0]}_{parts[1]}"
     row = session.scalar(select(ApiKey).where(ApiKey.prefix == prefix, ApiKey.revoked_at.is_(None)))
     if row is None or not hmac.compare_digest(row.key_hash, hash_key(key)):
         return None

@@ -57,6 +57,10 @@ class _Collector:
         self.seen: set[str] = set()
 
     def add(self, item_id: Any, text: Any, where: str) -> None:
+        if item_id is None:
+            raise InputError(f"{where}: 'id' is missing")
+        if text is None:
+            raise InputError(f"{where}: 'text' is missing")
         if isinstance(item_id, bool) or not isinstance(item_id, (str, int)):
             raise InputError(f"{where}: 'id' must be a string or an integer")
         item_id = str(item_id).strip()

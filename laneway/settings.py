@@ -125,6 +125,7 @@ class Settings:
     web_host: str = "127.0.0.1"
     web_port: int = 8000
     web_workers: int = 2
+    reconcile_interval: int = 30
 
     @property
     def redis_socket(self) -> Path | None:
@@ -162,6 +163,10 @@ class Settings:
             "web_port": ("LANEWAY_WEB_PORT", _int("LANEWAY_WEB_PORT", 1)),
             "web_workers": ("LANEWAY_WEB_WORKERS", _int("LANEWAY_WEB_WORKERS", 1)),
             "model_path": ("LANEWAY_MODEL_PATH", str.strip),
+            "reconcile_interval": (
+                "LANEWAY_RECONCILE_INTERVAL",
+                _int("LANEWAY_RECONCILE_INTERVAL", 1),
+            ),
         }
         values: dict[str, Any] = {}
         for attr, (var, parse) in parsers.items():

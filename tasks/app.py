@@ -9,6 +9,7 @@ from celery.signals import beat_init, celeryd_after_setup, celeryd_init
 from kombu import Queue
 
 from laneway.settings import LANES, Settings, get_settings
+from tasks.backend import backend_url
 
 # Longer than any chunk can run: otherwise Redis redelivers a chunk that is still running.
 VISIBILITY_TIMEOUT = 6 * 3600
@@ -17,7 +18,7 @@ VISIBILITY_TIMEOUT = 6 * 3600
 def celery_config(settings: Settings) -> dict[str, Any]:
     return {
         "broker_url": settings.redis_url,
-        "result_backend": settings.redis_url,
+        "result_backend": backend_url(settings.redis_url),
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT},
         "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT},
@@ -29,6 +30,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_default_queue": "cpu",
         "task_routes": {
             "laneway.aggregate_job": {"queue": "cpu"},
+            "laneway.reconcile": {"queue": "cpu"},
             # Chunks go to the queue their job's lane names, set per call at dispatch.
         },
         "task_acks_late": True,
@@ -39,12 +41,22 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_proc_alive_timeout": 120,
         "worker_send_task_events": True,
         "task_send_sent_event": True,
+        "beat_schedule": {
+            "reconcile": {
+                "task": "laneway.reconcile",
+                "schedule": float(settings.reconcile_interval),
+                "options": {"expires": float(settings.reconcile_interval)},
+            },
+        },
     }
 
 
 def make_celery(settings: Settings | None = None) -> Celery:
-    celery = Celery("laneway", include=["tasks.chunks", "tasks.aggregate"])
+    celery = Celery("laneway", include=["tasks.chunks", "tasks.aggregate", "tasks.maintenance"])
     celery.conf.update(celery_config(settings or get_settings()))
+    # @shared_task binds to the current app, which is thread-local unless set as default:
+    # without this a web server's second thread would send chords through an unset app.
+    celery.set_default()
     return celery
 
 

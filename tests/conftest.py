@@ -1,0 +1,127 @@
+"""Test services: a fresh Postgres database and a private Redis db index per test run.
+
+Both are real: the database is created here and dropped at the end; the Redis index is
+claimed in db 0 so concurrent runs on one machine never share one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import redis
+
+PG_ADMIN = os.environ.get("LANEWAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_HOST = os.environ.get("LANEWAY_TEST_REDIS", "redis://127.0.0.1:6379")
+
+_state: dict[str, object] = {}
+
+
+def _admin() -> psycopg.Connection:
+    return psycopg.connect(PG_ADMIN, autocommit=True)
+
+
+def create_database(name: str) -> str:
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = PG_ADMIN.rsplit("/", 1)[0]
+    return f"{base}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def drop_database(name: str) -> None:
+    with _admin() as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            (name,),
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def _claim_redis_index() -> int:
+    r = redis.Redis.from_url(f"{REDIS_HOST}/0")
+    for index in range(1, 16):
+        if r.set(f"laneway:test-db:{index}", os.getpid(), nx=True, ex=3 * 3600):
+            return index
+    raise RuntimeError("every Redis db index 1..15 is claimed by another test run")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point every LANEWAY_* setting at this run's services before any module reads them."""
+    if hasattr(config, "workerinput"):
+        return
+    db_name = f"laneway_test_{uuid.uuid4().hex[:10]}"
+    db_url = create_database(db_name)
+    index = _claim_redis_index()
+    redis_url = f"{REDIS_HOST}/{index}"
+    redis.Redis.from_url(redis_url).flushdb()
+    home = tempfile.mkdtemp(prefix="laneway-test-")
+    _state.update(db_name=db_name, index=index, redis_url=redis_url)
+    os.environ.update(
+        LANEWAY_DATABASE_URL=db_url,
+        LANEWAY_REDIS_URL=redis_url,
+        LANEWAY_HOME=home,
+        LANEWAY_CHUNK_SIZE="16",
+        LANEWAY_GPU_THRESHOLD="40",
+        LANEWAY_TORCH_THREADS="1",
+        HF_HUB_OFFLINE="1",
+    )
+    os.environ.pop("LANEWAY_GPU_FALLBACK", None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if "db_name" not in _state:
+        return
+    redis.Redis.from_url(str(_state["redis_url"])).flushdb()
+    redis.Redis.from_url(f"{REDIS_HOST}/0").delete(f"laneway:test-db:{_state['index']}")
+    drop_database(str(_state["db_name"]))
+
+
+@pytest.fixture(scope="session")
+def settings():
+    from laneway.settings import Settings
+
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def migrated(settings) -> None:
+    from db.migrate import upgrade
+
+    upgrade(settings)
+
+
+@pytest.fixture
+def db_session(settings, migrated) -> Iterator:
+    """A session inside an outer transaction that is rolled back after the test."""
+    from sqlalchemy.orm import Session
+
+    from db.session import session_factory
+
+    engine = session_factory(settings).kw["bind"]
+    with engine.connect() as conn:
+        trans = conn.begin()
+        session = Session(bind=conn, join_transaction_mode="create_savepoint")
+        try:
+            yield session
+        finally:
+            session.close()
+            trans.rollback()
+
+
+@pytest.fixture
+def account_factory(settings, migrated):
+    """Create committed accounts (the web app and workers read them from other sessions)."""
+    from db.queries import create_account
+    from db.session import session_scope
+
+    def make(type_: str = "standard"):
+        with session_scope(settings) as session:
+            account, key = create_account(session, f"acct-{uuid.uuid4().hex[:8]}", type_)
+            session.expunge(account)
+        return account, key
+
+    return make

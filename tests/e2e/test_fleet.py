@@ -1,0 +1,207 @@
+"""The whole fleet: the web app and real `celery worker` processes on Postgres and Redis."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import uuid
+
+import httpx
+import pytest
+import redis
+from sqlalchemy import func, select
+
+from db.models import Chunk, Result
+from db.session import session_scope
+from tests.e2e.procs import BIN, start_web, start_worker, wait_for
+from workers.devices import cuda_available
+
+pytestmark = pytest.mark.e2e
+
+FINAL = ("succeeded", "partial", "failed", "cancelled")
+TEXTS = [
+    "I was charged twice for my subscription this month",
+    "The parcel is three days late and tracking has not updated",
+    "I cannot log in, the password reset email never arrives",
+    "The app crashes whenever I open the settings page",
+    "Please cancel my order and refund the money",
+    "Great service, the support team solved everything quickly",
+]
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("e2e-logs")
+
+
+@pytest.fixture(scope="module")
+def web(migrated, logdir):
+    proc, url = start_web(logdir)
+    yield url
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def cpu_worker(migrated, logdir):
+    # The plain Celery command line works as well as `laneway worker cpu`.
+    argv = [str(BIN / "celery"), "-A", "tasks", "worker", "-Q", "cpu", "-n", "cpu@%h", "-c", "1"]
+    proc = start_worker("cpu", argv + ["--loglevel", "INFO"], logdir)
+    yield proc
+    proc.stop()
+
+
+def items(n: int, prefix: str) -> list[dict[str, str]]:
+    return [{"id": f"{prefix}-{i}", "text": f"{TEXTS[i % len(TEXTS)]} (#{i})"} for i in range(n)]
+
+
+def submit(url: str, key: str, n: int, prefix: str) -> dict:
+    response = httpx.post(
+        f"{url}/v1/jobs",
+        json={"task": "classify", "items": items(n, prefix)},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def get_job(url: str, key: str, job_id: str) -> dict:
+    response = httpx.get(f"{url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {key}"})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_final(url: str, key: str, job_id: str, procs, timeout: float = 180) -> dict:
+    def final():
+        job = get_job(url, key, job_id)
+        return job if job["status"] in FINAL else None
+
+    return wait_for(final, timeout, f"job {job_id} to finish", procs)
+
+
+def assert_exactly_one_result_each(settings, job_id: str, n: int, prefix: str) -> None:
+    key = uuid.UUID(job_id)
+    with session_scope(settings) as session:
+        rows = session.execute(
+            select(Result.idx, Result.item_id, Result.error).where(Result.job_id == key)
+        ).all()
+    assert len(rows) == n
+    assert sorted(r.idx for r in rows) == list(range(n))
+    assert {r.item_id for r in rows} == {f"{prefix}-{i}" for i in range(n)}
+    assert all(r.error is None for r in rows)
+
+
+def chunk_workers(settings, job_id: str) -> list[tuple[str, str | None]]:
+    with session_scope(settings) as session:
+        return [
+            (c.state, c.worker)
+            for c in session.scalars(select(Chunk).where(Chunk.job_id == uuid.UUID(job_id)))
+        ]
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has CUDA: the gpu worker may start")
+def test_gpu_worker_refuses_to_start_without_cuda_or_fallback(migrated):
+    for argv in (
+        [str(BIN / "laneway"), "worker", "gpu"],
+        [str(BIN / "celery"), "-A", "tasks", "worker", "-Q", "gpu", "-n", "refuse@%h"],
+    ):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0
+        assert "LANEWAY_GPU_FALLBACK=cpu" in done.stdout + done.stderr
+
+
+def test_jobs_run_on_the_queue_their_lane_names(settings, web, cpu_worker, account_factory, logdir):
+    _, enterprise_key = account_factory("enterprise")
+    _, trial_key = account_factory("trial")
+
+    # Above LANEWAY_GPU_THRESHOLD (40) for an enterprise account: the gpu lane.
+    gpu_job = submit(web, enterprise_key, 50, "g")
+    assert gpu_job["lane"] == "gpu"
+    # A trial account stays on cpu whatever its size.
+    cpu_job = submit(web, trial_key, 45, "c")
+    assert cpu_job["lane"] == "cpu"
+
+    done = wait_final(web, trial_key, cpu_job["id"], [cpu_worker])
+    assert done["status"] == "succeeded"
+    assert done["progress"] == {"done": 45, "total": 45, "percent": 100.0}
+    assert done["counts"] == {"succeeded": 45, "failed": 0}
+    assert sum(done["label_counts"].values()) == 45
+    assert done["timings"]["model_seconds"] > 0
+    assert_exactly_one_result_each(settings, cpu_job["id"], 45, "c")
+    assert all(w.startswith("cpu@") for _, w in chunk_workers(settings, cpu_job["id"]))
+
+    # The cpu worker finished a job sent after the gpu job, yet never touched the gpu chunks.
+    waiting = get_job(web, enterprise_key, gpu_job["id"])
+    assert waiting["status"] == "queued" and waiting["progress"]["done"] == 0
+    assert chunk_workers(settings, gpu_job["id"]) == [("queued", None)] * 4
+    assert redis.Redis.from_url(settings.redis_url).llen("gpu") == 4
+
+    gpu_worker = start_worker(
+        "gpu",
+        [str(BIN / "laneway"), "worker", "gpu"],
+        logdir,
+        env={"LANEWAY_GPU_FALLBACK": "cpu"},
+    )
+    try:
+        done = wait_final(web, enterprise_key, gpu_job["id"], [gpu_worker, cpu_worker])
+    finally:
+        gpu_worker.stop()
+    assert done["status"] == "succeeded" and done["lane"] == "gpu"
+    assert done["counts"] == {"succeeded": 50, "failed": 0}
+    assert_exactly_one_result_each(settings, gpu_job["id"], 50, "g")
+    assert all(w.startswith("gpu@") for _, w in chunk_workers(settings, gpu_job["id"]))
+
+    headers = {"Authorization": f"Bearer {enterprise_key}"}
+    lines = httpx.get(f"{web}/v1/jobs/{gpu_job['id']}/results", headers=headers).text.splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["id"] for r in records] == [f"g-{i}" for i in range(50)]
+    assert all(
+        r["label"] in done["labels"] and r["score"] == r["scores"][r["label"]] for r in records
+    )
+    csv_text = httpx.get(f"{web}/v1/jobs/{gpu_job['id']}/results?format=csv", headers=headers).text
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    assert len(rows) == 50 and rows[0]["id"] == "g-0" and rows[0]["label"] == records[0]["label"]
+
+
+def test_cli_creates_an_account_and_submits_a_file_with_progress(
+    settings, web, cpu_worker, tmp_path
+):
+    created = subprocess.run(
+        [
+            str(BIN / "laneway"),
+            "accounts",
+            "create",
+            f"cli-{uuid.uuid4().hex[:6]}",
+            "--type",
+            "demo",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = created.stdout.strip().splitlines()[-1]
+    assert key.startswith("lw_") and "shown once" in created.stderr
+
+    path = tmp_path / "upload.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "text"])
+        for item in items(20, "f"):
+            writer.writerow([item["id"], item["text"]])
+    done = subprocess.run(
+        [sys.executable, "-m", "laneway.cli", "submit", str(path), "--wait", "--url", web],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "LANEWAY_API_KEY": key},
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "queued on the cpu lane" in done.stdout
+    assert "succeeded on the cpu lane; 20 succeeded, 0 failed" in done.stdout
+    assert "job " in done.stderr  # the progress bar's label
+    job_id = done.stdout.split()[1]
+    assert_exactly_one_result_each(settings, job_id, 20, "f")
+    with session_scope(settings) as session:
+        assert session.scalar(select(func.count()).where(Result.job_id == uuid.UUID(job_id))) == 20

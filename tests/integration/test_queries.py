@@ -1,0 +1,138 @@
+"""Job rows, COPY of items, idempotent result upserts and single finalization, on Postgres."""
+
+import uuid
+
+from sqlalchemy import func, select
+
+from db.models import Account, Chunk, JobItem, Result
+from db.queries import (
+    account_for_key,
+    add_api_key,
+    chunk_items,
+    chunks_of,
+    create_account,
+    create_job,
+    finalize_job,
+    upsert_results,
+)
+from laneway.planner import plan_chunks
+
+
+def _job(session, n=10, size=4):
+    account, _ = create_account(session, f"acme-{uuid.uuid4().hex[:8]}", "enterprise")
+    items = [(f"id-{i}", f"text {i}") for i in range(n)]
+    job = create_job(
+        session,
+        account_id=account.id,
+        task="classify",
+        labels=["a", "b"],
+        items=items,
+        lane="gpu",
+        chunks=plan_chunks(n, size),
+        chunk_size=size,
+    )
+    return job
+
+
+def test_keys_are_stored_hashed_and_checked(db_session):
+    account, key = create_account(db_session, "keys", "trial")
+    second = add_api_key(db_session, account)
+    assert account_for_key(db_session, key).id == account.id
+    assert account_for_key(db_session, second).id == account.id
+    assert account_for_key(db_session, key[:-1] + ("x" if key[-1] != "x" else "y")) is None
+    assert account_for_key(db_session, "nonsense") is None
+    stored = [k.key_hash for k in db_session.get(Account, account.id).keys]
+    assert key not in stored and all(len(h) == 64 for h in stored)
+
+
+def test_create_job_copies_items_and_plans_chunks(db_session):
+    job = _job(db_session, n=10, size=4)
+    n = db_session.scalar(select(func.count()).where(JobItem.job_id == job.id))
+    assert n == 10
+    chunks = chunks_of(db_session, job.id)
+    assert [(c.start, c.stop, c.queue, c.state) for c in chunks] == [
+        (0, 4, "gpu", "queued"),
+        (4, 8, "gpu", "queued"),
+        (8, 10, "gpu", "queued"),
+    ]
+    assert len({c.task_id for c in chunks}) == 3
+    assert [i.item_id for i in chunk_items(db_session, chunks[2])] == ["id-8", "id-9"]
+
+
+def test_upsert_twice_keeps_one_result_per_item(db_session):
+    job = _job(db_session, n=3)
+    rows = [
+        {"idx": i, "item_id": f"id-{i}", "label": "a", "output": {"label": "a"}, "error": None}
+        for i in range(3)
+    ]
+    upsert_results(db_session, job.id, rows)
+    rows[1] = {**rows[1], "label": "b", "output": {"label": "b"}}
+    upsert_results(db_session, job.id, rows)
+    labels = db_session.scalars(
+        select(Result.label).where(Result.job_id == job.id).order_by(Result.idx)
+    ).all()
+    assert labels == ["a", "b", "a"]
+
+
+def test_finalize_counts_and_happens_once(db_session):
+    job = _job(db_session, n=4)
+    upsert_results(
+        db_session,
+        job.id,
+        [
+            {"idx": 0, "item_id": "id-0", "label": "a", "output": {}, "error": None},
+            {"idx": 1, "item_id": "id-1", "label": "a", "output": {}, "error": None},
+            {"idx": 2, "item_id": "id-2", "label": "b", "output": {}, "error": None},
+            {"idx": 3, "item_id": "id-3", "label": None, "output": None, "error": "boom"},
+        ],
+    )
+    for chunk in db_session.scalars(select(Chunk).where(Chunk.job_id == job.id)):
+        chunk.model_seconds = 0.5
+    assert finalize_job(db_session, job.id) == "partial"
+    assert finalize_job(db_session, job.id) is None  # a second callback changes nothing
+    db_session.refresh(job)
+    assert (job.succeeded_items, job.failed_items) == (3, 1)
+    assert job.label_counts == {"a": 2, "b": 1}
+    assert job.model_seconds == 0.5
+    assert job.finished_at is not None
+
+
+def test_missing_results_count_as_failed(db_session):
+    job = _job(db_session, n=2)
+    upsert_results(
+        db_session,
+        job.id,
+        [{"idx": 0, "item_id": "id-0", "label": "a", "output": {}, "error": None}],
+    )
+    assert finalize_job(db_session, job.id) == "partial"
+    db_session.refresh(job)
+    assert (job.succeeded_items, job.failed_items) == (1, 1)
+
+
+def test_reconcile_finalizes_a_job_whose_callback_was_lost(settings, migrated):
+    from db.models import Job
+    from db.session import session_scope
+    from tasks.maintenance import finalize_orphaned_jobs
+
+    with session_scope(settings) as session:
+        job = _job(session, n=3, size=2)
+        job_id = job.id
+        upsert_results(
+            session,
+            job.id,
+            [
+                {"idx": i, "item_id": f"id-{i}", "label": "a", "output": {}, "error": None}
+                for i in range(3)
+            ],
+        )
+        chunks = chunks_of(session, job.id)
+        chunks[0].state = "done"
+        chunks[1].state = "running"
+    # A chunk still running: not finalized.
+    assert str(job_id) not in finalize_orphaned_jobs()
+    with session_scope(settings) as session:
+        chunks_of(session, job_id)[1].state = "done"
+    assert str(job_id) in finalize_orphaned_jobs()
+    assert str(job_id) not in finalize_orphaned_jobs()  # once only
+    with session_scope(settings) as session:
+        assert session.get(Job, job_id).status == "succeeded"

@@ -1,0 +1,44 @@
+"""The model stage alone: the packaged MiniLM, no Celery, no Flask."""
+
+import pytest
+import torch
+
+from inference import Encoder, ZeroShotClassifier
+from inference.encoder import clean
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    torch.set_num_threads(1)
+    return Encoder(batch_size=4)
+
+
+def test_embeddings_are_normalized_and_order_preserving(encoder):
+    texts = ["short", "a much longer sentence about shipping delays and refunds", "mid length"]
+    vectors = encoder.encode(texts)
+    assert vectors.shape == (3, 384)
+    assert torch.allclose(vectors.norm(dim=1), torch.ones(3), atol=1e-5)
+    # Length-sorted batching must not reorder the outputs.
+    one_by_one = torch.cat([encoder.encode([t]) for t in texts])
+    assert torch.allclose(vectors, one_by_one, atol=1e-5)
+
+
+def test_zero_shot_picks_the_obvious_label(encoder):
+    classifier = ZeroShotClassifier(encoder)
+    labels = ["football match", "cooking recipe", "computer programming"]
+    results = classifier.classify(
+        [
+            "The striker scored twice in the second half and the home team won the cup.",
+            "Whisk two eggs with flour and sugar, then bake for twenty minutes.",
+            "The Python function raised a TypeError because the argument was None.",
+        ],
+        labels,
+    )
+    assert [r["label"] for r in results] == labels
+    for r in results:
+        assert set(r["scores"]) == set(labels)
+        assert r["score"] == max(r["scores"].values())
+
+
+def test_clean_normalizes_unicode_and_whitespace():
+    assert clean("cafe\u0301\t\x00 ok\n\nthere ") == "caf\u00e9 ok there"

@@ -1,0 +1,44 @@
+import pytest
+
+from laneway.settings import DEFAULT_LABELS, Settings, SettingsError
+
+
+def test_nothing_set_means_the_embedded_default(tmp_path):
+    s = Settings.from_env({"LANEWAY_HOME": str(tmp_path)})
+    assert s.database_url == f"sqlite:///{tmp_path / 'laneway.db'}"
+    assert s.embedded_redis and s.redis_url == f"redis+socket://{tmp_path / 'redis.sock'}"
+    assert (s.chunk_size, s.gpu_threshold, s.gpu_fallback) == (256, 500, "")
+    assert s.default_labels == DEFAULT_LABELS
+
+
+def test_urls_select_postgres_through_psycopg3_and_external_redis():
+    s = Settings.from_env(
+        {
+            "LANEWAY_DATABASE_URL": "postgresql://u:p@db:5432/laneway",
+            "LANEWAY_REDIS_URL": "redis://cache:6379/2",
+            "LANEWAY_CHUNK_SIZE": "64",
+            "LANEWAY_GPU_THRESHOLD": "0",
+            "LANEWAY_GPU_FALLBACK": "cpu",
+        }
+    )
+    assert s.database_url == "postgresql+psycopg://u:p@db:5432/laneway"
+    assert not s.embedded_redis and s.redis_url == "redis://cache:6379/2"
+    assert (s.chunk_size, s.gpu_threshold, s.gpu_fallback) == (64, 0, "cpu")
+
+
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("LANEWAY_CHUNK_SIZE", "lots"),
+        ("LANEWAY_CHUNK_SIZE", "0"),
+        ("LANEWAY_GPU_THRESHOLD", "-5"),
+        ("LANEWAY_GPU_FALLBACK", "gpu"),
+        ("LANEWAY_DATABASE_URL", "mysql://x/y"),
+        ("LANEWAY_REDIS_URL", "http://localhost"),
+        ("LANEWAY_DEFAULT_LABELS", "only-one"),
+        ("LANEWAY_TORCH_THREADS", "2.5"),
+    ],
+)
+def test_malformed_settings_name_the_variable(var, value):
+    with pytest.raises(SettingsError, match=var):
+        Settings.from_env({var: value})
