@@ -80,15 +80,18 @@ def start_web(logdir: Path) -> tuple[Proc, str]:
     port = free_port()
     proc = Proc("web", [str(BIN / "laneway"), "web", "--port", str(port)], logdir)
     url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, [proc])
+    return proc, url
 
+
+def wait_healthy(url: str, procs, timeout: float = 90) -> None:
     def healthy() -> bool:
         try:
             return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
         except httpx.TransportError:
             return False
 
-    wait_for(healthy, 60, "the web app's /healthz", [proc])
-    return proc, url
+    wait_for(healthy, timeout, f"{url}/healthz to answer 200", procs)
 
 
 def start_worker(name: str, argv: list[str], logdir: Path, env=None) -> Proc:

@@ -10,7 +10,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.e2e.procs import BIN, Proc, free_port, wait_for
+from tests.e2e.procs import BIN, Proc, free_port, wait_for, wait_healthy
 
 pytestmark = pytest.mark.e2e
 
@@ -22,14 +22,7 @@ def test_up_serves_jobs_on_the_embedded_default_and_stops_cleanly(tmp_path):
     up = Proc("up", [str(BIN / "laneway"), "up", "--port", str(port)], tmp_path, env, False)
     url = f"http://127.0.0.1:{port}"
     try:
-
-        def healthy() -> bool:
-            try:
-                return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(healthy, 90, "laneway up to answer /healthz", [up])
+        wait_healthy(url, [up])
         assert (tmp_path / "home" / "laneway.db").exists()
         assert (tmp_path / "home" / "redis.sock").exists()
 
