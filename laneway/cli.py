@@ -168,7 +168,7 @@ def beat() -> None:
     sys.exit(_run_child(beat_argv(_settings())))
 
 
-def start_fleet(settings: Settings, host: str, port: int):  # noqa: ANN201
+def start_fleet(settings: Settings, host: str, port: int, log_dir: Path | None = None):  # noqa: ANN201
     """Migrate, then start web, a worker per queue and beat; returns the Fleet."""
     from db.migrate import upgrade
     from laneway.fleet import Fleet
@@ -183,7 +183,7 @@ def start_fleet(settings: Settings, host: str, port: int):  # noqa: ANN201
         log.warning("no CUDA device found: the gpu worker runs on CPU (LANEWAY_GPU_FALLBACK=cpu)")
         env["LANEWAY_GPU_FALLBACK"] = "cpu"
         settings = Settings.from_env({**os.environ, **env})
-    fleet = Fleet()
+    fleet = Fleet(log_dir=log_dir)
     fleet.start("web", web_argv(settings, host, port), env)
     for lane in LANES:
         fleet.start(
@@ -283,7 +283,9 @@ def _run_demo(settings: Settings, file: Path, port: int, show: int) -> dict[str,
     from db.session import session_scope
     from laneway.client import Client
 
-    fleet = start_fleet(settings, "127.0.0.1", port)
+    log_dir = settings.home / "logs"
+    fleet = start_fleet(settings, "127.0.0.1", port, log_dir=log_dir)
+    click.echo(f"fleet started (web on port {port}); process logs in {log_dir}")
     try:
         with session_scope(settings) as session:
             _, key = create_account(session, f"demo-{int(time.time() * 1000)}", "standard")

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 log = logging.getLogger("laneway.fleet")
 
@@ -19,13 +20,22 @@ class Fleet:
     """Child processes started together and stopped together (SIGTERM: warm shutdown)."""
 
     stop_timeout: float = 60.0
+    log_dir: Path | None = None  # None: children write to this process's stdout/stderr
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def start(self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
         full_env = {**os.environ, **(env or {})}
+        out = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
         # Each child gets its own process group, so Ctrl-C reaches only the supervisor,
         # which then stops every child in order.
-        self.procs[name] = subprocess.Popen(list(argv), env=full_env, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            list(argv), env=full_env, start_new_session=True, stdout=out, stderr=out
+        )
+        if out is not None:
+            out.close()
         log.info("started %s (pid %s): %s", name, self.procs[name].pid, " ".join(argv))
 
     def dead(self) -> list[tuple[str, int]]:
