@@ -70,7 +70,7 @@ def run_fleet(texts: list[str], threads: int) -> tuple[float, dict]:
         deadline = time.monotonic() + 180
         while not (
             app.control.ping(destination=[node], timeout=0.5)
-            and b"model loaded" in (settings.home / "bench-worker.log").read_bytes()
+            and b"loaded in pid" in (settings.home / "bench-worker.log").read_bytes()
         ):
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("the bench worker did not start; see bench-worker.log")

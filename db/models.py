@@ -89,7 +89,7 @@ class Job(Base):
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    task: Mapped[str] = mapped_column(String(40))
+    tasks: Mapped[list[str]]
     labels: Mapped[list[str]]
     status: Mapped[str] = mapped_column(String(20), default="queued")
     lane: Mapped[str] = mapped_column(String(10))
@@ -99,7 +99,10 @@ class Job(Base):
     failed_items: Mapped[int] = mapped_column(Integer, default=0)
     chunk_size: Mapped[int] = mapped_column(Integer)
     label_counts: Mapped[dict[str, Any] | None]
+    pre_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     model_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    post_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    cost: Mapped[dict[str, Any] | None]
     created_at: Mapped[CreatedAt]
     started_at: Mapped[Timestamp]
     finished_at: Mapped[Timestamp]
@@ -138,7 +141,11 @@ class Chunk(Base):
     state: Mapped[str] = mapped_column(String(20), default="queued")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(200))
+    device: Mapped[str | None] = mapped_column(String(20))
+    # Seconds per stage: CPU pre-processing, the model on the device, CPU post-processing.
+    pre_seconds: Mapped[float | None] = mapped_column(Float)
     model_seconds: Mapped[float | None] = mapped_column(Float)
+    post_seconds: Mapped[float | None] = mapped_column(Float)
     queued_at: Mapped[CreatedAt]
     started_at: Mapped[Timestamp]
     finished_at: Mapped[Timestamp]

@@ -72,7 +72,7 @@ def create_job(
     session: Session,
     *,
     account_id: int,
-    task: str,
+    tasks: Sequence[str],
     labels: Sequence[str],
     items: Sequence[tuple[str, str]],
     lane: str,
@@ -84,7 +84,7 @@ def create_job(
     job = Job(
         id=uuid.uuid4(),
         account_id=account_id,
-        task=task,
+        tasks=list(tasks),
         labels=list(labels),
         status="queued",
         lane=lane,
@@ -93,7 +93,9 @@ def create_job(
         succeeded_items=0,
         failed_items=0,
         chunk_size=chunk_size,
+        pre_seconds=0.0,
         model_seconds=0.0,
+        post_seconds=0.0,
     )
     session.add(job)
     session.flush()
@@ -189,7 +191,45 @@ def items_done(session: Session, job_id: uuid.UUID) -> int:
     return session.scalar(select(func.count()).where(Result.job_id == job_id)) or 0
 
 
-def finalize_job(session: Session, job_id: uuid.UUID) -> str | None:
+def job_cost(
+    session: Session, job_id: uuid.UUID, total_items: int, cpu_price: float, gpu_price: float
+) -> dict[str, Any]:
+    """What the job's chunks cost so far: CPU stages at the CPU price, the model stage at
+    the price of the device it ran on (GPU-seconds on CUDA, CPU-seconds otherwise)."""
+    rows = session.execute(
+        select(
+            Chunk.device,
+            func.coalesce(func.sum(Chunk.pre_seconds), 0.0),
+            func.coalesce(func.sum(Chunk.model_seconds), 0.0),
+            func.coalesce(func.sum(Chunk.post_seconds), 0.0),
+        )
+        .where(Chunk.job_id == job_id)
+        .group_by(Chunk.device)
+    ).all()
+    seconds = {"pre": 0.0, "model_cpu": 0.0, "model_gpu": 0.0, "post": 0.0}
+    for device, pre, model, post in rows:
+        seconds["pre"] += pre
+        seconds["post"] += post
+        seconds["model_gpu" if device == "cuda" else "model_cpu"] += model
+    by_stage = {
+        "pre": seconds["pre"] * cpu_price,
+        "model": seconds["model_cpu"] * cpu_price + seconds["model_gpu"] * gpu_price,
+        "post": seconds["post"] * cpu_price,
+    }
+    total = sum(by_stage.values())
+    return {
+        "currency": "USD",
+        "total": round(total, 8),
+        "per_item": round(total / total_items, 10) if total_items else 0.0,
+        "by_stage": {k: round(v, 8) for k, v in by_stage.items()},
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
+        "prices": {"cpu_second": cpu_price, "gpu_second": gpu_price},
+    }
+
+
+def finalize_job(
+    session: Session, job_id: uuid.UUID, cpu_price: float = 0.0, gpu_price: float = 0.0
+) -> str | None:
     """Write totals, label counts and model time, and the final status, once.
 
     Returns the final status, or None when the job was already final (a second call is a
@@ -207,9 +247,8 @@ def finalize_job(session: Session, job_id: uuid.UUID) -> str | None:
     succeeded = sum(label_counts.values())
     # Items with no result at all count as failed: the job must never claim them.
     failed = job.total_items - succeeded
-    model_seconds = session.scalar(
-        select(func.coalesce(func.sum(Chunk.model_seconds), 0.0)).where(Chunk.job_id == job_id)
-    )
+    cost = job_cost(session, job_id, job.total_items, cpu_price, gpu_price)
+    stage = cost["seconds"]
     if failed == 0:
         status = "succeeded"
     elif succeeded > 0:
@@ -225,7 +264,10 @@ def finalize_job(session: Session, job_id: uuid.UUID) -> str | None:
             succeeded_items=succeeded,
             failed_items=failed,
             label_counts=label_counts,
-            model_seconds=float(model_seconds or 0.0),
+            pre_seconds=stage["pre"],
+            model_seconds=stage["model_cpu"] + stage["model_gpu"],
+            post_seconds=stage["post"],
+            cost=cost,
             started_at=func.coalesce(Job.started_at, now),
             finished_at=now,
         )

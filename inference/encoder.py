@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import unicodedata
 from collections.abc import Sequence
 
-# Nothing may reach a model hub at run time; set before transformers is imported.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import torch
+from transformers import AutoModel
 
-import torch  # noqa: E402
-from transformers import AutoModel, AutoTokenizer  # noqa: E402
-from transformers.utils import logging as hf_logging  # noqa: E402
-
-hf_logging.disable_progress_bar()
+from inference.base import LocalModel
+from inference.batching import Prepared, run_batches, scatter
+from inference.text import clean  # noqa: F401 - re-exported for callers
 
 
 def default_model_path() -> str:
@@ -24,15 +19,10 @@ def default_model_path() -> str:
     return str(get_model_path())
 
 
-def clean(text: str) -> str:
-    """Unicode NFC, control characters to spaces, whitespace collapsed."""
-    text = unicodedata.normalize("NFC", text)
-    text = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in text)
-    return " ".join(text.split())
-
-
-class Encoder:
+class Encoder(LocalModel):
     """Mean-pooled, L2-normalized sentence embeddings, batched by length."""
+
+    auto_class = AutoModel
 
     def __init__(
         self,
@@ -40,34 +30,22 @@ class Encoder:
         device: str = "cpu",
         max_length: int = 256,
         batch_size: int = 32,
+        half: bool = True,
     ) -> None:
-        path = model_path or default_model_path()
-        self.device = torch.device(device)
-        self.max_length = max_length
-        self.batch_size = batch_size
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path).to(self.device).eval()
+        super().__init__(model_path or default_model_path(), device, max_length, batch_size, half)
         self.dim = int(self.model.config.hidden_size)
 
-    @torch.inference_mode()
+    def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        hidden = self.model(**inputs).last_hidden_state
+        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
+
+    def forward(self, prepared: Prepared) -> torch.Tensor:
+        """Device stage: a (n, dim) float32 CPU tensor of unit vectors, in input order."""
+        if prepared.n == 0:
+            return torch.empty((0, self.dim))
+        return scatter(prepared, run_batches(prepared, self._forward, self.device))
+
     def encode(self, texts: Sequence[str], batch_size: int | None = None) -> torch.Tensor:
-        """Embed texts; returns a (len(texts), dim) float32 CPU tensor in input order."""
-        size = batch_size or self.batch_size
-        out = torch.empty((len(texts), self.dim), dtype=torch.float32)
-        # Sorting by length keeps padding, and so wasted compute, small within a batch.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for begin in range(0, len(order), size):
-            idx = order[begin : begin + size]
-            batch = self.tokenizer(
-                [texts[i] for i in idx],
-                padding=True,
-                truncation=True,
-                max_length=self.max_length,
-                return_tensors="pt",
-            ).to(self.device)
-            hidden = self.model(**batch).last_hidden_state
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            pooled = torch.nn.functional.normalize(pooled, p=2, dim=1)
-            out[torch.tensor(idx)] = pooled.float().cpu()
-        return out
+        return self.forward(self.prepare(texts, batch_size))

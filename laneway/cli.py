@@ -214,12 +214,12 @@ def up(host: str | None, port: int | None) -> None:
 @cli.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--labels", default=None, help="comma-separated labels (default: settings)")
-@click.option("--task", default="classify", show_default=True)
+@click.option("--tasks", default="classify", show_default=True, help="comma-separated tasks")
 @click.option("--wait/--no-wait", default=False, help="show progress until the job ends")
 @click.option("--url", envvar="LANEWAY_URL", default=None, help="default http://WEB_HOST:WEB_PORT")
 @click.option("--api-key", envvar="LANEWAY_API_KEY", required=True, help="or LANEWAY_API_KEY")
 def submit(
-    file: Path, labels: str | None, task: str, wait: bool, url: str | None, api_key: str
+    file: Path, labels: str | None, tasks: str, wait: bool, url: str | None, api_key: str
 ) -> None:
     """Submit a CSV (id,text) or JSONL file as a job; --wait shows a progress bar."""
     from laneway.client import Client, ClientError
@@ -227,7 +227,7 @@ def submit(
     settings = _settings()
     client = Client(url or f"http://{settings.web_host}:{settings.web_port}", api_key)
     try:
-        job = client.submit_file(file, task=task, labels=labels)
+        job = client.submit_file(file, tasks=tasks, labels=labels)
         click.echo(f"job {job['id']} queued on the {job['lane']} lane")
         if wait:
             final = client.wait(job["id"], progress=True)
@@ -247,10 +247,15 @@ def print_summary(job: dict[str, Any]) -> None:
     )
     if t.get("run_seconds"):
         rate = job["progress"]["total"] / t["run_seconds"] if t["run_seconds"] else 0
+        stages = job.get("stage_seconds") or {}
         click.echo(
             f"ran {t['run_seconds']:.1f} s after {t['queued_seconds']:.1f} s queued "
-            f"({rate:.0f} items/s; model {t['model_seconds']:.1f} s)"
+            f"({rate:.0f} items/s; stages: pre {stages.get('pre', 0):.2f} s, "
+            f"model {stages.get('model', 0):.1f} s, post {stages.get('post', 0):.2f} s)"
         )
+    cost = job.get("cost")
+    if cost:
+        click.echo(f"cost ${cost['total']:.6f} (${cost['per_item']:.8f} per item)")
     for label, n in (job.get("label_counts") or {}).items():
         click.echo(f"  {n:6d}  {label}")
 

@@ -34,9 +34,9 @@ class Client:
         return response
 
     def submit_file(
-        self, path: Path, task: str = "classify", labels: str | None = None
+        self, path: Path, tasks: str = "classify", labels: str | None = None
     ) -> dict[str, Any]:
-        data = {"task": task}
+        data = {"tasks": tasks}
         if labels:
             data["labels"] = labels
         with open(path, "rb") as fh:

@@ -28,10 +28,10 @@ class Limits:
     max_text_chars: int
 
 
-def parse_labels(raw: Any, default: Sequence[str]) -> list[str]:
+def parse_labels(raw: Any, default: Sequence[str] | None) -> list[str] | None:
     """A list (or comma-separated string) of 2..50 distinct, non-empty labels."""
     if raw is None or raw == "" or raw == []:
-        return list(default)
+        return list(default) if default is not None else None
     if isinstance(raw, str):
         raw = [part.strip() for part in raw.split(",") if part.strip()]
     if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):

@@ -7,6 +7,7 @@ LANEWAY_DATABASE_URL (Postgres, psycopg 3) and LANEWAY_REDIS_URL.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,8 +28,70 @@ DEFAULT_LABELS = (
 )
 
 
+TASKS = ("classify", "score", "extract", "embed")
+MODEL_KINDS = ("embedding", "sequence-classification", "token-classification")
+# Which model kinds can serve each task; an embedding model serves classify and score
+# zero-shot (against the job's labels, or against two anchor descriptions).
+TASK_MODEL_KINDS = {
+    "classify": ("embedding", "sequence-classification"),
+    "score": ("embedding", "sequence-classification"),
+    "extract": ("token-classification",),
+    "embed": ("embedding",),
+}
+DEFAULT_MODEL = "minilm"
+
+
 class SettingsError(ValueError):
     """A setting is malformed; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registry entry: what a model is, where its files are, how long its inputs may be."""
+
+    name: str
+    kind: str
+    path: str = ""  # "" only for the packaged all-MiniLM-L6-v2
+    max_length: int = 256
+    labels: tuple[str, ...] | None = None
+
+
+def _models(name: str) -> Callable[[str], dict[str, ModelSpec]]:
+    def parse(raw: str) -> dict[str, ModelSpec]:
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SettingsError(f"{name} must be a JSON object: {exc.msg}") from None
+        if not isinstance(data, dict):
+            raise SettingsError(f"{name} must be a JSON object of model name -> entry")
+        models = {}
+        for model, entry in data.items():
+            where = f"{name}[{model!r}]"
+            if not isinstance(entry, dict):
+                raise SettingsError(f"{where} must be an object with kind and path")
+            unknown = set(entry) - {"kind", "path", "max_length", "labels"}
+            if unknown:
+                raise SettingsError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+            kind = entry.get("kind")
+            if kind not in MODEL_KINDS:
+                raise SettingsError(f"{where}.kind must be one of {', '.join(MODEL_KINDS)}")
+            path = entry.get("path", "")
+            if not isinstance(path, str) or not path or not Path(path).is_dir():
+                raise SettingsError(f"{where}.path must be an existing model directory: {path!r}")
+            max_length = entry.get("max_length", 256)
+            if not isinstance(max_length, int) or max_length < 8:
+                raise SettingsError(f"{where}.max_length must be an integer of at least 8")
+            labels = entry.get("labels")
+            if labels is not None and (
+                not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
+            ):
+                raise SettingsError(f"{where}.labels must be a list of strings")
+            models[model] = ModelSpec(
+                model, kind, path, max_length, tuple(labels) if labels else None
+            )
+        return models
+
+    return parse
 
 
 def _int(name: str, minimum: int = 0) -> Callable[[str], int]:
@@ -63,6 +126,18 @@ def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
         if value not in choices:
             raise SettingsError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
         return value
+
+    return parse
+
+
+def _bool(name: str) -> Callable[[str], bool]:
+    def parse(raw: str) -> bool:
+        value = raw.strip().lower()
+        if value in ("1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{name} must be true or false, got {raw!r}")
 
     return parse
 
@@ -126,6 +201,29 @@ class Settings:
     web_port: int = 8000
     web_workers: int = 2
     reconcile_interval: int = 30
+    models: dict[str, ModelSpec] = field(
+        default_factory=lambda: {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding")}
+    )
+    task_models: dict[str, str] = field(
+        default_factory=lambda: {
+            "classify": DEFAULT_MODEL,
+            "score": DEFAULT_MODEL,
+            "extract": "",
+            "embed": DEFAULT_MODEL,
+        }
+    )
+    score_anchors: tuple[str, str] = (
+        "a positive, happy, satisfied message",
+        "a negative, angry, disappointed complaint",
+    )
+    cpu_price: float = 0.0002
+    gpu_price: float = 0.0015
+    cuda_half: bool = True
+
+    def model_for(self, task: str) -> ModelSpec | None:
+        """The registry entry serving a task (None: extract runs on patterns alone)."""
+        name = self.task_models.get(task, "")
+        return self.models[name] if name else None
 
     @property
     def redis_socket(self) -> Path | None:
@@ -173,6 +271,44 @@ class Settings:
             raw = env.get(var)
             if raw is not None and (raw.strip() or attr == "gpu_fallback"):
                 values[attr] = parse(raw)
+
+        for attr, var in (("cpu_price", "LANEWAY_CPU_PRICE"), ("gpu_price", "LANEWAY_GPU_PRICE")):
+            if env.get(var, "").strip():
+                values[attr] = _float(var)(env[var])
+        if env.get("LANEWAY_CUDA_HALF", "").strip():
+            values["cuda_half"] = _bool("LANEWAY_CUDA_HALF")(env["LANEWAY_CUDA_HALF"])
+        if env.get("LANEWAY_SCORE_ANCHORS", "").strip():
+            anchors = tuple(a.strip() for a in env["LANEWAY_SCORE_ANCHORS"].split("|"))
+            if len(anchors) != 2 or not all(anchors):
+                raise SettingsError(
+                    "LANEWAY_SCORE_ANCHORS must be 'positive description|negative description'"
+                )
+            values["score_anchors"] = anchors
+        models = {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding")}
+        if env.get("LANEWAY_MODELS", "").strip():
+            models.update(_models("LANEWAY_MODELS")(env["LANEWAY_MODELS"]))
+        values["models"] = models
+        task_models = dict(cls.__dataclass_fields__["task_models"].default_factory())
+        for task in TASKS:
+            var = f"LANEWAY_{task.upper()}_MODEL"
+            if var in env:
+                task_models[task] = env[var].strip()
+            name = task_models[task]
+            if not name:
+                if task != "extract":
+                    raise SettingsError(f"{var} must name a model; only extract may have none")
+                continue
+            if name not in models:
+                raise SettingsError(
+                    f"{var} names {name!r}, which is not in the model registry "
+                    f"(LANEWAY_MODELS): {', '.join(sorted(models))}"
+                )
+            if models[name].kind not in TASK_MODEL_KINDS[task]:
+                raise SettingsError(
+                    f"{var} names {name!r}, a {models[name].kind} model; {task} needs "
+                    f"{' or '.join(TASK_MODEL_KINDS[task])}"
+                )
+        values["task_models"] = task_models
 
         home = Path(env.get("LANEWAY_HOME", "") or "var").resolve()
         values["home"] = home

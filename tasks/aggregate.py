@@ -9,10 +9,12 @@ from celery import shared_task
 
 from db.queries import finalize_job
 from db.session import session_scope
+from laneway.settings import get_settings
 
 
 @shared_task(name="laneway.aggregate_job", acks_late=True)
 def aggregate_job(job_id: str) -> dict[str, Any]:
     with session_scope() as session:
-        status = finalize_job(session, uuid.UUID(job_id))
+        settings = get_settings()
+        status = finalize_job(session, uuid.UUID(job_id), settings.cpu_price, settings.gpu_price)
     return {"job": job_id, "status": status, "finalized": status is not None}

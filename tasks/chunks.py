@@ -1,4 +1,4 @@
-"""The chunk task: read a chunk's items, run the model, upsert the results, mark it done."""
+"""The chunk task: read a chunk's items, run the three stages, upsert results, mark it done."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from celery import shared_task
 from db.models import Chunk, Job
 from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import session_scope
-from workers.model_host import get_classifier
+from workers.model_host import get_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -34,34 +34,40 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         chunk.started_at = utcnow()
         mark_job_running(session, job.id)
         job_id: uuid.UUID = job.id
-        labels = list(job.labels)
+        tasks, labels = list(job.tasks), list(job.labels)
         items = [(item.idx, item.item_id, item.text) for item in chunk_items(session, chunk)]
 
-    texts = [text for _, _, text in items]
+    pipeline = get_pipeline()
     started = time.perf_counter()
     try:
-        outputs = get_classifier().classify(texts, labels)
+        outputs, times = pipeline.run([text for _, _, text in items], tasks, labels)
         error = None
     except Exception as exc:  # the model failed on this chunk: its items fail, the job goes on
-        log.exception("chunk %s failed in the model stage", chunk_id)
+        log.exception("chunk %s failed", chunk_id)
         outputs, error = [None] * len(items), f"{type(exc).__name__}: {exc}"
-    model_seconds = time.perf_counter() - started
+        times = None
+    elapsed = time.perf_counter() - started
 
     rows = [
         {
             "idx": idx,
             "item_id": item_id,
-            "label": out["label"] if out else None,
+            "label": out.get("label") if out else None,
             "output": out,
             "error": error,
         }
         for (idx, item_id, _), out in zip(items, outputs, strict=True)
     ]
+    device = str(getattr(pipeline.resolve(tasks[0]), "device", "cpu")).split(":")[0]
     with session_scope() as session:
         upsert_results(session, job_id, rows)
         chunk = session.get(Chunk, chunk_id)
         assert chunk is not None
         chunk.state = "failed" if error else "done"
-        chunk.model_seconds = model_seconds
+        chunk.device = device
+        # A failed chunk's time still cost money: book it all to the model stage.
+        chunk.pre_seconds = times.pre if times else 0.0
+        chunk.model_seconds = times.model if times else elapsed
+        chunk.post_seconds = times.post if times else 0.0
         chunk.finished_at = utcnow()
     return {"chunk": chunk_id, "items": len(rows), "failed": len(rows) if error else 0}

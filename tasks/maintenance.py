@@ -10,6 +10,7 @@ from sqlalchemy import exists, select
 from db.models import FINAL_JOB_STATUSES, Chunk, Job
 from db.queries import finalize_job
 from db.session import session_scope
+from laneway.settings import get_settings
 
 
 def finalize_orphaned_jobs() -> list[str]:
@@ -24,9 +25,10 @@ def finalize_orphaned_jobs() -> list[str]:
             select(Job.id).where(Job.status.not_in(FINAL_JOB_STATUSES), ~open_chunk)
         ).all()
     finalized = []
+    settings = get_settings()
     for job_id in ids:
         with session_scope() as session:
-            if finalize_job(session, job_id):
+            if finalize_job(session, job_id, settings.cpu_price, settings.gpu_price):
                 finalized.append(str(job_id))
     return finalized
 

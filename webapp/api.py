@@ -13,10 +13,10 @@ from flask import Blueprint, Response, abort, current_app, g, jsonify, request, 
 from sqlalchemy.orm import Session
 
 from db.models import FINAL_JOB_STATUSES, Job
-from db.queries import aware, items_done, iter_results
+from db.queries import aware, items_done, iter_results, job_cost
 from db.session import session_factory
 from laneway.inputs import InputError, Limits, parse_file, parse_json_items, parse_labels
-from laneway.jobs import TASKS, submit_job
+from laneway.jobs import parse_tasks, submit_job
 from laneway.settings import Settings
 from webapp.auth import require_account
 
@@ -33,39 +33,42 @@ def _bad_request(message: str) -> Response:
     return response
 
 
-def _parse_submission(settings: Settings) -> tuple[str, list[str], list[tuple[str, str]]]:
+def _parse_submission(
+    settings: Settings,
+) -> tuple[list[str], list[str] | None, list[tuple[str, str]]]:
     limits = Limits(settings.max_items, settings.max_text_chars)
     if request.mimetype == "multipart/form-data":
         upload = request.files.get("file")
         if upload is None or not upload.filename:
             raise InputError("the multipart upload needs a 'file' field with a .csv or .jsonl file")
-        task = request.form.get("task", "classify")
+        tasks = parse_tasks(request.form.get("tasks"), request.form.get("task"))
         labels_raw: Any = request.form.get("labels")
         items = parse_file(upload.filename, upload.stream, limits)
     else:
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
             raise InputError("send a JSON object body (Content-Type: application/json) or a file")
-        task = body.get("task", "classify")
+        tasks = parse_tasks(body.get("tasks"), body.get("task"))
         labels_raw = body.get("labels")
         if "items" not in body:
             raise InputError("'items' is required")
         items = parse_json_items(body["items"], limits)
-    if not isinstance(task, str) or task not in TASKS:
-        raise InputError(f"unknown task {task!r}; known tasks: {', '.join(TASKS)}")
-    return task, parse_labels(labels_raw, settings.default_labels), items
+    labels = parse_labels(labels_raw, default=None) if "classify" in tasks else None
+    return tasks, labels, items
 
 
 @api.post("/jobs")
 @require_account
 def create_job():  # noqa: ANN201
     settings = _settings()
+    source = "upload" if request.mimetype == "multipart/form-data" else "api"
     try:
-        task, labels, items = _parse_submission(settings)
+        tasks, labels, items = _parse_submission(settings)
+        job = submit_job(
+            g.account, items, tasks=tasks, labels=labels, source=source, settings=settings
+        )
     except InputError as exc:
         return _bad_request(str(exc))
-    source = "upload" if request.mimetype == "multipart/form-data" else "api"
-    job = submit_job(g.account, items, task=task, labels=labels, source=source, settings=settings)
     body = {"id": str(job.id), "status": job.status, "lane": job.lane, "links": _links(job.id)}
     return jsonify(body), 202, {"Location": url_for("api.get_job", job_id=job.id)}
 
@@ -100,7 +103,7 @@ def _iso(moment) -> str | None:  # noqa: ANN001
     return aware(moment).isoformat() if moment is not None else None
 
 
-def job_view(session: Session, job: Job) -> dict[str, Any]:
+def job_view(session: Session, job: Job, settings: Settings) -> dict[str, Any]:
     final = job.status in FINAL_JOB_STATUSES
     done = job.succeeded_items + job.failed_items if final else items_done(session, job.id)
     total = job.total_items
@@ -108,7 +111,7 @@ def job_view(session: Session, job: Job) -> dict[str, Any]:
         "id": str(job.id),
         "status": job.status,
         "lane": job.lane,
-        "task": job.task,
+        "tasks": job.tasks,
         "labels": job.labels,
         "source": job.source,
         "progress": {
@@ -124,8 +127,17 @@ def job_view(session: Session, job: Job) -> dict[str, Any]:
             "finished_at": _iso(job.finished_at),
             "queued_seconds": _seconds(job.created_at, job.started_at),
             "run_seconds": _seconds(job.started_at, job.finished_at),
-            "model_seconds": round(job.model_seconds, 3) if final else None,
         },
+        "stage_seconds": {
+            "pre": round(job.pre_seconds, 3),
+            "model": round(job.model_seconds, 3),
+            "post": round(job.post_seconds, 3),
+        }
+        if final
+        else None,
+        "cost": job.cost
+        if final
+        else job_cost(session, job.id, total, settings.cpu_price, settings.gpu_price),
         "links": _links(job.id),
     }
 
@@ -134,7 +146,7 @@ def job_view(session: Session, job: Job) -> dict[str, Any]:
 @require_account
 def get_job(job_id: str):  # noqa: ANN201
     with session_factory(_settings())() as session:
-        return jsonify(job_view(session, _own_job(session, job_id)))
+        return jsonify(job_view(session, _own_job(session, job_id), _settings()))
 
 
 def result_record(result: Any) -> dict[str, Any]:
@@ -142,6 +154,38 @@ def result_record(result: Any) -> dict[str, Any]:
         return {"id": result.item_id, "error": result.error}
     out = result.output or {}
     return {"id": result.item_id, **out}
+
+
+def csv_layout(tasks: list[str], labels: list[str]):  # noqa: ANN201
+    """CSV columns for a job's tasks: scalar fields flat, entities as compact JSON; the
+    embedding vector is left to JSONL."""
+    header = ["id"]
+    if "classify" in tasks:
+        header += ["label", "score", *[f"score:{x}" for x in labels]]
+    if "score" in tasks:
+        header.append("rating")
+    if "extract" in tasks:
+        header.append("entities")
+    header.append("error")
+
+    def cells(result: Any) -> list[Any]:
+        out = result.output or {}
+        row: list[Any] = [result.item_id]
+        if "classify" in tasks:
+            scores = out.get("scores", {})
+            row += [
+                out.get("label", ""),
+                out.get("score", ""),
+                *[scores.get(x, "") for x in labels],
+            ]
+        if "score" in tasks:
+            row.append(out.get("rating", ""))
+        if "extract" in tasks:
+            row.append(json.dumps(out["entities"], ensure_ascii=False) if "entities" in out else "")
+        row.append(result.error or "")
+        return row
+
+    return header, cells
 
 
 @api.get("/jobs/<job_id>/results")
@@ -153,7 +197,7 @@ def job_results(job_id: str):  # noqa: ANN201
     factory = session_factory(_settings())
     with factory() as session:
         job = _own_job(session, job_id)
-        key, labels = job.id, list(job.labels)
+        key, tasks, labels = job.id, list(job.tasks), list(job.labels)
 
     def jsonl() -> Iterator[str]:
         with factory() as session:
@@ -161,22 +205,13 @@ def job_results(job_id: str):  # noqa: ANN201
                 yield json.dumps(result_record(result), ensure_ascii=False) + "\n"
 
     def csv_rows() -> Iterator[str]:
+        header, cells = csv_layout(tasks, labels)
         buf = io.StringIO()
         writer = csv.writer(buf)
-        writer.writerow(["id", "label", "score", *[f"score:{x}" for x in labels], "error"])
+        writer.writerow(header)
         with factory() as session:
             for n, result in enumerate(iter_results(session, key)):
-                out = result.output or {}
-                scores = out.get("scores", {})
-                writer.writerow(
-                    [
-                        result.item_id,
-                        out.get("label", ""),
-                        out.get("score", ""),
-                        *[scores.get(x, "") for x in labels],
-                        result.error or "",
-                    ]
-                )
+                writer.writerow(cells(result))
                 if n % 500 == 0:
                     yield buf.getvalue()
                     buf.seek(0)

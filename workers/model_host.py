@@ -1,4 +1,4 @@
-"""One model per worker child process, loaded after the fork (CUDA cannot survive one)."""
+"""Models per worker child process, loaded after the fork (CUDA cannot survive one)."""
 
 from __future__ import annotations
 
@@ -9,35 +9,48 @@ from typing import Any
 
 from celery.signals import worker_process_init
 
-from laneway.settings import Settings, get_settings
+from laneway.settings import TASKS, ModelSpec, Settings, get_settings
 from workers.devices import model_device
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _models: dict[tuple[Any, ...], Any] = {}
+_pipelines: dict[tuple[Any, ...], Any] = {}
 
 
-def get_classifier(settings: Settings | None = None):  # noqa: ANN201
-    """This process's zero-shot classifier, loaded on first use."""
-    settings = settings or get_settings()
-    device = model_device(settings)
-    key = (os.getpid(), settings.model_path, device, settings.max_length, settings.batch_size)
+def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
+    """Load one registry entry on `device`, once per process."""
+    key = (os.getpid(), spec, device, settings.batch_size, settings.cuda_half)
     with _lock:
         if key not in _models:
             import torch
 
-            from inference import Encoder, ZeroShotClassifier
-
             torch.set_num_threads(settings.torch_threads)
-            encoder = Encoder(
-                settings.model_path or None,
-                device=device,
-                max_length=settings.max_length,
-                batch_size=settings.batch_size,
-            )
-            _models[key] = ZeroShotClassifier(encoder)
+            common = {
+                "device": device,
+                "max_length": min(spec.max_length, settings.max_length)
+                if spec.kind == "embedding"
+                else spec.max_length,
+                "batch_size": settings.batch_size,
+                "half": settings.cuda_half,
+            }
+            if spec.kind == "embedding":
+                from inference import Encoder
+
+                model = Encoder(spec.path or None, **common)
+            elif spec.kind == "sequence-classification":
+                from inference.seqcls import SequenceClassifier
+
+                model = SequenceClassifier(spec.path, labels=spec.labels, **common)
+            else:
+                from inference.ner import TokenClassifier
+
+                model = TokenClassifier(spec.path, labels=spec.labels, **common)
+            _models[key] = model
             log.info(
-                "model loaded in pid %s on %s with %s torch threads",
+                "model %s (%s) loaded in pid %s on %s with %s torch threads",
+                spec.name,
+                spec.kind,
                 os.getpid(),
                 device,
                 settings.torch_threads,
@@ -45,7 +58,31 @@ def get_classifier(settings: Settings | None = None):  # noqa: ANN201
         return _models[key]
 
 
+def get_pipeline(settings: Settings | None = None):  # noqa: ANN201
+    """This process's pipeline; models load on first use by the tasks that need them."""
+    from inference.pipeline import Pipeline
+
+    settings = settings or get_settings()
+    device = model_device(settings)
+    key = (os.getpid(), id(settings), device)
+    if key not in _pipelines:
+
+        def resolve(task: str) -> Any:
+            spec = settings.model_for(task)
+            return None if spec is None else load_model(spec, settings, device)
+
+        _pipelines[key] = Pipeline(resolve, settings.score_anchors)
+    return _pipelines[key]
+
+
+def warm_up(settings: Settings | None = None) -> None:
+    """Load every model the configured tasks use, so no chunk pays for a load."""
+    settings = settings or get_settings()
+    pipeline = get_pipeline(settings)
+    for task in TASKS:
+        pipeline.resolve(task)
+
+
 @worker_process_init.connect
 def _load_in_child(**_: Any) -> None:
-    # Warm the model in each fresh child so the first chunk does not pay for the load.
-    get_classifier()
+    warm_up()

@@ -80,7 +80,11 @@ def start_web(logdir: Path) -> tuple[Proc, str]:
     port = free_port()
     proc = Proc("web", [str(BIN / "laneway"), "web", "--port", str(port)], logdir)
     url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, [proc])
+    try:
+        wait_healthy(url, [proc])
+    except BaseException:
+        proc.stop()
+        raise
     return proc, url
 
 
@@ -103,7 +107,11 @@ def start_worker(name: str, argv: list[str], logdir: Path, env=None) -> Proc:
 
     def ready() -> bool:
         replies = app.control.ping(destination=[node], timeout=0.5)
-        return any(node in r for r in replies) and "model loaded" in proc.log.read_text()
+        return any(node in r for r in replies) and "loaded in pid" in proc.log.read_text()
 
-    wait_for(ready, 120, f"worker {node}", [proc])
+    try:
+        wait_for(ready, 120, f"worker {node}", [proc])
+    except BaseException:
+        proc.stop()
+        raise
     return proc

@@ -128,7 +128,11 @@ def test_jobs_run_on_the_queue_their_lane_names(settings, web, cpu_worker, accou
     assert done["progress"] == {"done": 45, "total": 45, "percent": 100.0}
     assert done["counts"] == {"succeeded": 45, "failed": 0}
     assert sum(done["label_counts"].values()) == 45
-    assert done["timings"]["model_seconds"] > 0
+    assert done["stage_seconds"]["model"] > 0
+    cost = done["cost"]
+    assert cost["total"] > 0 and cost["currency"] == "USD"
+    assert cost["by_stage"]["model"] > cost["by_stage"]["pre"] > 0
+    assert abs(cost["per_item"] * 45 - cost["total"]) < 1e-6
     assert_exactly_one_result_each(settings, cpu_job["id"], 45, "c")
     assert all(w.startswith("cpu@") for _, w in chunk_workers(settings, cpu_job["id"]))
 

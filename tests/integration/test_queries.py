@@ -24,7 +24,7 @@ def _job(session, n=10, size=4):
     job = create_job(
         session,
         account_id=account.id,
-        task="classify",
+        tasks=["classify"],
         labels=["a", "b"],
         items=items,
         lane="gpu",

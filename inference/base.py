@@ -1,0 +1,91 @@
+"""What every local transformers model shares: device, tokenizer, dtype, the CPU stage."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+# Nothing may reach a model hub at run time; set before transformers is imported.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+from inference.batching import Prepared, prepare  # noqa: E402
+
+hf_logging.disable_progress_bar()
+
+
+def load_dtype(device: torch.device, half: bool) -> torch.dtype:
+    """fp16 on CUDA when asked (see docs/benchmarks.md for the tolerance), else fp32."""
+    return torch.float16 if (half and device.type == "cuda") else torch.float32
+
+
+class LocalModel:
+    """A model directory loaded with its tokenizer onto one device, in eval mode."""
+
+    auto_class: ClassVar[Any]
+    offsets: ClassVar[bool] = False  # token character offsets, for span tasks
+
+    def __init__(
+        self,
+        path: str,
+        device: str = "cpu",
+        max_length: int = 256,
+        batch_size: int = 32,
+        half: bool = True,
+    ) -> None:
+        self.device = torch.device(device)
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if self.offsets and not getattr(self.tokenizer, "is_fast", False):
+            raise ValueError(f"{path}: a fast tokenizer is required (character offsets)")
+        model = self.auto_class.from_pretrained(path, dtype=load_dtype(self.device, half))
+        self.model = model.to(self.device).eval()
+
+    def prepare(self, texts: Sequence[str], batch_size: int | None = None) -> Prepared:
+        """CPU stage: tokenize into length-sorted micro-batches."""
+        size = batch_size or self.batch_size
+        return prepare(self.tokenizer, texts, self.max_length, size, offsets=self.offsets)
+
+
+def config_labels(config: Any, labels: Sequence[str] | None = None) -> list[str]:
+    """The given labels, else the config's id2label in id order; either must cover num_labels."""
+    num_labels = int(config.num_labels)
+    if labels is not None:
+        names = [str(x) for x in labels]
+        source = "the given labels"
+    else:
+        id2label = {int(k): str(v) for k, v in (getattr(config, "id2label", None) or {}).items()}
+        names = [id2label[i] for i in sorted(id2label)]
+        source = "the model config's id2label"
+        if sorted(id2label) != list(range(len(id2label))):
+            raise ValueError(
+                f"{source} has ids {sorted(id2label)}; expected 0..{num_labels - 1} without gaps"
+            )
+    if len(names) != num_labels:
+        raise ValueError(
+            f"{source}: {len(names)} labels, but the model has num_labels={num_labels}"
+        )
+    return names
+
+
+class LabeledModel(LocalModel):
+    """A classification head: its labels come from the registry or the config's id2label."""
+
+    def __init__(
+        self,
+        path: str,
+        device: str = "cpu",
+        max_length: int = 256,
+        batch_size: int = 32,
+        half: bool = True,
+        labels: Sequence[str] | None = None,
+    ) -> None:
+        super().__init__(path, device, max_length, batch_size, half)
+        self.labels = config_labels(self.model.config, labels)
+        self.num_labels = len(self.labels)
