@@ -1,12 +1,13 @@
-"""Fleet throughput against the bare model, measured in the same run.
+"""Fleet throughput against the bare model and against the naive design, in one run.
 
-1. Start one real `celery worker` (the same command `laneway worker` runs) and wait until
-   its model is loaded.
-2. Submit an N-item job through the service layer the API uses (route, COPY, chord) and
-   time it from submission to the job's final status.
-3. Stop the worker, then run the bare model (the same pre-processing, model and zero-shot
-   post-processing) over the same texts in this process at its best batch size.
-4. Print both in items/s and their ratio.
+1. Bare model, first half: the same pipeline code (pre-processing, model, zero-shot
+   post-processing) over half the texts in this process, at the best of a few batch sizes.
+2. Fleet: one real `celery worker` (the command `laneway worker` runs); an N-item job goes
+   through the service layer the API uses (route, COPY, chord of chunks, aggregate) and is
+   timed from submission to its final status.
+3. Naive design: the same worker runs one Celery task per item (`laneway.naive_item`).
+4. Bare model, second half. The bare rate is N over the time of both halves, so it brackets
+   the fleet run and slow drifts in the machine's speed fall on both sides alike.
 
 Runs on whatever LANEWAY_DATABASE_URL / LANEWAY_REDIS_URL name; with neither set, on the
 embedded default in a temporary LANEWAY_HOME.
@@ -39,7 +40,7 @@ def load_texts(n: int) -> list[str]:
     return [f"{base[i % len(base)]} (ref {i})" for i in range(n)]
 
 
-def run_fleet(texts: list[str], threads: int) -> tuple[float, dict]:
+def run_fleet(texts: list[str], threads: int, naive_items: int) -> tuple[float, dict, dict]:
     import uuid
 
     from db.migrate import upgrade
@@ -89,42 +90,75 @@ def run_fleet(texts: list[str], threads: int) -> tuple[float, dict]:
                         "status": row.status,
                         "lane": row.lane,
                         "succeeded": row.succeeded_items,
-                        "model_seconds": row.model_seconds,
+                        "stage_seconds": {
+                            "pre": row.pre_seconds,
+                            "model": row.model_seconds,
+                            "post": row.post_seconds,
+                        },
+                        "cost": row.cost,
                     }
                     break
-            time.sleep(0.05)
+            time.sleep(0.5)  # as `laneway submit --wait` polls
+        naive = run_naive(texts[:naive_items], list(row.tasks), list(row.labels))
     finally:
         worker.terminate()
         worker.wait(60)
-    return len(texts) / elapsed, {**info, "seconds": elapsed}
+    return len(texts) / elapsed, {**info, "seconds": elapsed}, naive
 
 
-def run_bare(texts: list[str], threads: int, labels: list[str], batch_sizes: list[int]) -> dict:
-    import torch
+def run_naive(texts: list[str], tasks: list[str], labels: list[str]) -> dict:
+    """One task per item, results through the result backend, as a naive fleet would."""
+    from celery import group
 
-    from inference import Encoder, ZeroShotClassifier
+    from tasks.naive import naive_item
 
-    torch.set_num_threads(threads)
-    classifier = ZeroShotClassifier(Encoder())
-    classifier.classify(texts[:64], labels)  # warm up
-    probe = texts[: min(len(texts), 1000)]
-    timings = {}
-    for size in batch_sizes:
-        classifier.encoder.batch_size = size
+    if not texts:
+        return {"items": 0}
+    started = time.perf_counter()
+    result = group(naive_item.s(t, tasks, labels).set(queue="cpu") for t in texts).apply_async()
+    outputs = result.get(timeout=3600)
+    elapsed = time.perf_counter() - started
+    assert len(outputs) == len(texts)
+    return {"items": len(texts), "seconds": elapsed, "items_per_s": len(texts) / elapsed}
+
+
+class Bare:
+    """The same pipeline code in this process, at its best batch size."""
+
+    def __init__(self, threads: int, labels: list[str], batch_sizes: list[int], probe: list[str]):
+        import torch
+
+        from inference import Encoder
+        from inference.pipeline import Pipeline
+
+        torch.set_num_threads(threads)
+        self.encoder = Encoder()
+        self.pipeline = Pipeline(lambda task: self.encoder)
+        self.labels = labels
+        self.pipeline.run(probe[:64], ["classify"], labels)  # warm up
+        self.probe = {}
+        for size in batch_sizes:
+            self.encoder.batch_size = size
+            t = time.perf_counter()
+            self.pipeline.run(probe, ["classify"], labels)
+            self.probe[size] = len(probe) / (time.perf_counter() - t)
+        self.batch_size = max(self.probe, key=self.probe.get)
+        self.encoder.batch_size = self.batch_size
+        self.seconds = 0.0
+        self.items = 0
+
+    def run(self, texts: list[str]) -> None:
         t = time.perf_counter()
-        classifier.classify(probe, labels)
-        timings[size] = len(probe) / (time.perf_counter() - t)
-    best = max(timings, key=timings.get)
-    classifier.encoder.batch_size = best
-    t = time.perf_counter()
-    classifier.classify(texts, labels)
-    return {"items_per_s": len(texts) / (time.perf_counter() - t), "batch_size": best,
-            "probe": {str(k): round(v, 1) for k, v in timings.items()}}  # fmt: skip
+        self.pipeline.run(texts, ["classify"], self.labels)
+        self.seconds += time.perf_counter() - t
+        self.items += len(texts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--items", type=int, default=5000)
+    parser.add_argument("--items", type=int, default=20000)
+    parser.add_argument("--naive-items", type=int, default=2000, help="0 skips the naive run")
+    parser.add_argument("--out", default=None, help="also write the JSON report here")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch-sizes", default="16,32,64")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -135,12 +169,14 @@ def main() -> None:
 
     settings = get_settings()
     texts = load_texts(args.items)
+    labels = list(settings.default_labels)
+    half = len(texts) // 2
+    bare = Bare(args.threads, labels, [int(x) for x in args.batch_sizes.split(",")], texts[:1000])
+    bare.run(texts[:half])
     with embedded_redis(settings):
-        fleet_rate, fleet = run_fleet(texts, args.threads)
-    bare = run_bare(
-        texts, args.threads, list(settings.default_labels),
-        [int(x) for x in args.batch_sizes.split(",")],
-    )  # fmt: skip
+        fleet_rate, fleet, naive = run_fleet(texts, args.threads, args.naive_items)
+    bare.run(texts[half:])
+    bare_rate = bare.items / bare.seconds
     report = {
         "items": args.items,
         "threads": args.threads,
@@ -149,10 +185,15 @@ def main() -> None:
         "database": settings.database_url.split(":", 1)[0],
         "fleet_items_per_s": round(fleet_rate, 1),
         "fleet": fleet,
-        "bare_items_per_s": round(bare["items_per_s"], 1),
-        "bare": bare,
-        "ratio": round(fleet_rate / bare["items_per_s"], 3),
+        "bare_items_per_s": round(bare_rate, 1),
+        "bare_batch_size": bare.batch_size,
+        "bare_probe": {str(k): round(v, 1) for k, v in bare.probe.items()},
+        "ratio": round(fleet_rate / bare_rate, 3),
+        "naive": naive,
+        "fleet_over_naive": round(fleet_rate / naive["items_per_s"], 2) if naive["items"] else None,
     }
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
     if args.json:
         print(json.dumps(report))
         return
@@ -160,8 +201,15 @@ def main() -> None:
     print(
         f"fleet            {fleet_rate:8.1f} items/s  ({fleet['seconds']:.1f} s, {fleet['status']})"
     )
-    print(f"bare model       {bare['items_per_s']:8.1f} items/s  (batch {bare['batch_size']})")
+    print(f"bare model       {bare_rate:8.1f} items/s  (batch {bare.batch_size})")
     print(f"fleet / bare     {report['ratio']:8.3f}")
+    if naive["items"]:
+        print(f"naive, per item  {naive['items_per_s']:8.1f} items/s  ({naive['items']} items)")
+        print(f"fleet / naive    {report['fleet_over_naive']:8.2f}")
+    cost = fleet.get("cost") or {}
+    if cost:
+        device = "gpu" if cost["seconds"]["model_gpu"] else "cpu"
+        print(f"cost per item    ${cost['per_item']:.8f} (model stage on {device})")
 
 
 if __name__ == "__main__":

@@ -111,14 +111,20 @@ class Job(Base):
 
 
 class JobItem(Base):
-    """One input text, written in bulk (COPY on Postgres) when the job is created."""
+    """One input text, written in bulk (COPY on Postgres) when the job is created.
+
+    `idx` is the item's place in the input; `pos` its place in length order. Chunks cover
+    ranges of `pos`, so each chunk holds texts of similar length and pads little.
+    """
 
     __tablename__ = "job_items"
+    __table_args__ = (UniqueConstraint("job_id", "pos"),)
 
     job_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
     )
     idx: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pos: Mapped[int] = mapped_column(Integer)
     item_id: Mapped[str] = mapped_column(String(200))
     text: Mapped[str] = mapped_column(Text)
 
@@ -134,6 +140,7 @@ class Chunk(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     seq: Mapped[int] = mapped_column(Integer)
+    # A half-open range of item positions in length order (JobItem.pos).
     start: Mapped[int] = mapped_column(Integer)
     stop: Mapped[int] = mapped_column(Integer)
     queue: Mapped[str] = mapped_column(String(20))

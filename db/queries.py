@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -119,20 +119,30 @@ def create_job(
     return job
 
 
+def length_positions(items: Sequence[tuple[str, str]]) -> list[int]:
+    """Each item's place in length order (ties keep input order)."""
+    order = sorted(range(len(items)), key=lambda i: len(items[i][1]))
+    pos = [0] * len(items)
+    for p, i in enumerate(order):
+        pos[i] = p
+    return pos
+
+
 def bulk_insert_items(
-    session: Session, job_id: uuid.UUID, items: Iterable[tuple[str, str]]
+    session: Session, job_id: uuid.UUID, items: Sequence[tuple[str, str]]
 ) -> None:
+    positions = length_positions(items)
     conn = session.connection()
     if conn.dialect.name == "postgresql":
         # COPY is an order of magnitude faster than INSERTs for large uploads.
         raw = conn.connection.driver_connection
         with raw.cursor() as cur:
-            with cur.copy("COPY job_items (job_id, idx, item_id, text) FROM STDIN") as copy:
+            with cur.copy("COPY job_items (job_id, idx, pos, item_id, text) FROM STDIN") as copy:
                 for idx, (item_id, text) in enumerate(items):
-                    copy.write_row((job_id, idx, item_id, text))
+                    copy.write_row((job_id, idx, positions[idx], item_id, text))
         return
     rows = [
-        {"job_id": job_id, "idx": idx, "item_id": item_id, "text": text}
+        {"job_id": job_id, "idx": idx, "pos": positions[idx], "item_id": item_id, "text": text}
         for idx, (item_id, text) in enumerate(items)
     ]
     if rows:
@@ -149,10 +159,10 @@ def chunk_items(session: Session, chunk: Chunk) -> list[JobItem]:
             select(JobItem)
             .where(
                 JobItem.job_id == chunk.job_id,
-                JobItem.idx >= chunk.start,
-                JobItem.idx < chunk.stop,
+                JobItem.pos >= chunk.start,
+                JobItem.pos < chunk.stop,
             )
-            .order_by(JobItem.idx)
+            .order_by(JobItem.pos)
         )
     )
 

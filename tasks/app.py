@@ -52,7 +52,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 
 def make_celery(settings: Settings | None = None) -> Celery:
-    celery = Celery("laneway", include=["tasks.chunks", "tasks.aggregate", "tasks.maintenance"])
+    celery = Celery(
+        "laneway", include=["tasks.chunks", "tasks.aggregate", "tasks.maintenance", "tasks.naive"]
+    )
     celery.conf.update(celery_config(settings or get_settings()))
     # @shared_task binds to the current app, which is thread-local unless set as default:
     # without this a web server's second thread would send chords through an unset app.

@@ -76,9 +76,9 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, procs=(
     raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
 
 
-def start_web(logdir: Path) -> tuple[Proc, str]:
+def start_web(logdir: Path, env: dict[str, str] | None = None) -> tuple[Proc, str]:
     port = free_port()
-    proc = Proc("web", [str(BIN / "laneway"), "web", "--port", str(port)], logdir)
+    proc = Proc("web", [str(BIN / "laneway"), "web", "--port", str(port)], logdir, env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, [proc])

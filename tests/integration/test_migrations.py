@@ -36,3 +36,34 @@ def test_upgrade_empty_sqlite_then_no_drift(tmp_path):
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     upgrade(url=url)
     command.check(alembic_config(url=url))
+
+
+def test_upgrade_keeps_existing_jobs_and_downgrades(tmp_path):
+    """0001 -> head turns a job's `task` into `tasks`; head -> 0001 -> head round-trips."""
+    from sqlalchemy import text
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url=url, revision="0001")
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO accounts (name, type) VALUES ('old', 'standard')"))
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, account_id, task, labels, status, lane, source, "
+                    "total_items, succeeded_items, failed_items, chunk_size, model_seconds) "
+                    "VALUES (:id, 1, 'classify', '[]', 'succeeded', 'cpu', 'api', 1, 1, 0, 1, 0.5)"
+                ),
+                {"id": uuid.uuid4().hex},
+            )
+        upgrade(url=url)
+        with engine.connect() as conn:
+            tasks, pre = conn.execute(text("SELECT tasks, pre_seconds FROM jobs")).one()
+        assert tasks == '["classify"]' and pre == 0
+        command.downgrade(alembic_config(url=url), "0001")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT task FROM jobs")).scalar() == "classify"
+        upgrade(url=url)
+        command.check(alembic_config(url=url))
+    finally:
+        engine.dispose()

@@ -136,3 +136,26 @@ def test_reconcile_finalizes_a_job_whose_callback_was_lost(settings, migrated):
     assert str(job_id) not in finalize_orphaned_jobs()  # once only
     with session_scope(settings) as session:
         assert session.get(Job, job_id).status == "succeeded"
+
+
+def test_chunks_hold_items_of_similar_length(db_session):
+    account, _ = create_account(db_session, f"len-{uuid.uuid4().hex[:8]}", "standard")
+    texts = ["a" * n for n in (5, 1, 9, 3, 7, 2)]
+    job = create_job(
+        db_session,
+        account_id=account.id,
+        tasks=["classify"],
+        labels=["a", "b"],
+        items=[(f"i{k}", t) for k, t in enumerate(texts)],
+        lane="cpu",
+        chunks=plan_chunks(6, 3),
+        chunk_size=3,
+    )
+    short, long = chunks_of(db_session, job.id)
+    # Chunk ranges count in length order; each item keeps its input index for its result.
+    assert [(i.item_id, len(i.text)) for i in chunk_items(db_session, short)] == [
+        ("i1", 1),
+        ("i5", 2),
+        ("i3", 3),
+    ]
+    assert [i.idx for i in chunk_items(db_session, long)] == [0, 4, 2]

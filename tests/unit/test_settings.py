@@ -42,3 +42,42 @@ def test_urls_select_postgres_through_psycopg3_and_external_redis():
 def test_malformed_settings_name_the_variable(var, value):
     with pytest.raises(SettingsError, match=var):
         Settings.from_env({var: value})
+
+
+def test_model_registry_and_task_models(tmp_path):
+    import json
+
+    model_dir = tmp_path / "sentiment"
+    model_dir.mkdir()
+    s = Settings.from_env(
+        {
+            "LANEWAY_MODELS": json.dumps(
+                {"sentiment": {"kind": "sequence-classification", "path": str(model_dir)}}
+            ),
+            "LANEWAY_SCORE_MODEL": "sentiment",
+            "LANEWAY_CPU_PRICE": "0.001",
+        }
+    )
+    assert s.model_for("score").name == "sentiment"
+    assert s.model_for("classify").name == "minilm" and s.model_for("classify").kind == "embedding"
+    assert s.model_for("extract") is None  # patterns only
+    assert s.cpu_price == 0.001 and s.gpu_price == 0.0015
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({"LANEWAY_MODELS": "{nope"}, "LANEWAY_MODELS must be a JSON object"),
+        ({"LANEWAY_MODELS": '{"x": {"kind": "llm", "path": "/"}}'}, r"LANEWAY_MODELS\['x'\].kind"),
+        ({"LANEWAY_MODELS": '{"x": {"kind": "embedding", "path": "/no/such"}}'}, "path"),
+        ({"LANEWAY_EXTRACT_MODEL": "ghost"}, "LANEWAY_EXTRACT_MODEL names 'ghost'"),
+        ({"LANEWAY_EXTRACT_MODEL": "minilm"}, "extract needs token-classification"),
+        ({"LANEWAY_CLASSIFY_MODEL": ""}, "LANEWAY_CLASSIFY_MODEL must name a model"),
+        ({"LANEWAY_SCORE_ANCHORS": "only one"}, "LANEWAY_SCORE_ANCHORS"),
+        ({"LANEWAY_GPU_PRICE": "free"}, "LANEWAY_GPU_PRICE"),
+        ({"LANEWAY_CUDA_HALF": "maybe"}, "LANEWAY_CUDA_HALF"),
+    ],
+)
+def test_bad_registry_settings_name_the_variable(env, message):
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)

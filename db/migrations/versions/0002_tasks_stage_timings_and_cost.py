@@ -1,7 +1,8 @@
 """tasks, stage timings and cost
 
 A job may ask for several tasks (classify, score, extract, embed); each chunk records the
-seconds of its three stages and the device its model ran on; a job keeps its cost.
+seconds of its three stages and the device its model ran on; a job keeps its cost. Items
+get a position in length order (`pos`), which chunk ranges now count in.
 
 Revision ID: 0002
 Revises: 0001
@@ -20,6 +21,15 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    # Existing jobs keep their input order as their length order: their chunks still cover
+    # the same items.
+    with op.batch_alter_table("job_items") as batch:
+        batch.add_column(sa.Column("pos", sa.Integer(), nullable=True))
+    op.execute("UPDATE job_items SET pos = idx")
+    with op.batch_alter_table("job_items") as batch:
+        batch.alter_column("pos", existing_type=sa.Integer(), nullable=False)
+        batch.create_unique_constraint(batch.f("uq_job_items_job_id"), ["job_id", "pos"])
+
     with op.batch_alter_table("chunks") as batch:
         batch.add_column(sa.Column("device", sa.String(length=20), nullable=True))
         batch.add_column(sa.Column("pre_seconds", sa.Float(), nullable=True))
@@ -57,6 +67,9 @@ def downgrade() -> None:
         batch.drop_column("post_seconds")
         batch.drop_column("pre_seconds")
         batch.drop_column("tasks")
+    with op.batch_alter_table("job_items") as batch:
+        batch.drop_constraint(batch.f("uq_job_items_job_id"), type_="unique")
+        batch.drop_column("pos")
     with op.batch_alter_table("chunks") as batch:
         batch.drop_column("post_seconds")
         batch.drop_column("pre_seconds")

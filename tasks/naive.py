@@ -1,0 +1,19 @@
+"""The naive design, kept as a benchmark baseline: one Celery task per item.
+
+The text travels in the message and the output comes back through the result backend; no
+chunking, no micro-batching. `bench/throughput.py` compares the fleet against it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from workers.model_host import get_pipeline
+
+
+@shared_task(name="laneway.naive_item", acks_late=True)
+def naive_item(text: str, tasks: list[str], labels: list[str]) -> dict[str, Any]:
+    outputs, _ = get_pipeline().run([text], tasks, labels)
+    return outputs[0]
