@@ -7,13 +7,15 @@ extract `entities`, embed `embedding`) and the seconds each stage took.
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from inference.batching import Prepared
 from inference.encoder import Encoder
 from inference.text import clean, limit
 
@@ -44,12 +46,46 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@dataclass
+class Staged:
+    """What flows between the stages, keyed so that another process can resume it.
+
+    `prepared` and `raw` are keyed by the first task (in the job's order) that uses each
+    model, so two processes with the same registry agree on the keys. Only tensors, lists
+    and numbers are inside: `to_bytes`/`from_bytes` round-trip it safely (weights_only).
+    """
+
+    tasks: list[str]
+    prepared: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_bytes(self, part: str) -> bytes:
+        buf = io.BytesIO()
+        if part == "prepared":
+            data = {k: [p.n, p.batches, p.offsets] for k, p in self.prepared.items()}
+        else:
+            data = self.raw
+        torch.save(data, buf)
+        return buf.getvalue()
+
+    def load(self, part: str, blob: bytes) -> None:
+        data = torch.load(io.BytesIO(blob), weights_only=True)
+        if part == "prepared":
+            self.prepared = {
+                k: Prepared(n, [(list(i), dict(e)) for i, e in batches], offsets)
+                for k, (n, batches, offsets) in data.items()
+            }
+        else:
+            self.raw = data
+
+
 class Pipeline:
     """Runs the tasks of a job over a chunk's texts with the models `resolve` hands out.
 
     `resolve(task)` returns the loaded model serving that task: an Encoder (zero-shot
     classify and score, embed), a SequenceClassifier (classify, score), a TokenClassifier
-    (extract), or None for extract by patterns alone.
+    (extract), or None for extract by patterns alone. `pre`, `model` and `post` are the
+    three stages; `run` does all three in one process and times them.
     """
 
     def __init__(
@@ -71,104 +107,128 @@ class Pipeline:
             self._text_vectors[key] = encoder.encode(list(texts))
         return self._text_vectors[key]
 
-    def run(
-        self, texts: Sequence[str], tasks: Sequence[str], labels: Sequence[str] = ()
-    ) -> tuple[list[dict[str, Any]], StageTimes]:
-        from inference.ner import TokenClassifier
-        from inference.patterns import extract_patterns
-        from inference.seqcls import SequenceClassifier
-
-        times = StageTimes()
-        outputs: list[dict[str, Any]] = [{} for _ in texts]
+    def _models(self, tasks: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
+        """The model per task, and per task the key its model's data lives under."""
         models = {task: self.resolve(task) for task in tasks}
-
-        # --- pre-processing (CPU): clean, bound lengths, tokenize once per model ----------
-        started = time.perf_counter()
-        cleaned: list[str] | None = None
-        safe: list[str] | None = None
-        prepared: dict[int, Any] = {}
+        keys: dict[str, str] = {}
         for task, model in models.items():
-            if model is None:
+            if model is not None:
+                keys[task] = next(t for t in tasks if models[t] is model)
+        return models, keys
+
+    def pre(self, texts: Sequence[str], tasks: Sequence[str]) -> Staged:
+        """CPU: clean, bound lengths, tokenize once per model."""
+        models, keys = self._models(tasks)
+        staged = Staged(list(tasks))
+        cleaned: list[str] | None = None
+        for task, model in models.items():
+            if model is None or keys[task] in staged.prepared:
                 continue
             bound = model.max_length * CHARS_PER_TOKEN_BOUND
             if task == "extract":
                 # Entity offsets must point into the text as submitted: no reflowing here.
-                safe = safe if safe is not None else [limit(length_safe(t), bound) for t in texts]
-                source = safe
+                source = [limit(length_safe(t), bound) for t in texts]
             else:
                 if cleaned is None:
                     cleaned = [limit(clean(t), bound) for t in texts]
                 source = cleaned
-            if id(model) not in prepared:
-                prepared[id(model)] = model.prepare(source)
-        times.pre = time.perf_counter() - started
+            staged.prepared[keys[task]] = model.prepare(source)
+        return staged
 
-        # --- model stage (the lane's device) --------------------------------------------
-        started = time.perf_counter()
-        raw: dict[int, Any] = {}
-        for model in {id(m): m for m in models.values() if m is not None}.values():
-            raw[id(model)] = model.forward(prepared[id(model)])
-            if isinstance(model, Encoder):
-                if "classify" in models and models["classify"] is model:
-                    self._fixed_vectors(model, tuple(LABEL_TEMPLATE.format(x) for x in labels))
-                if "score" in models and models["score"] is model:
-                    self._fixed_vectors(model, self.score_anchors)
-            _sync(model.device)
-        times.model = time.perf_counter() - started
-
-        # --- post-processing (CPU) -------------------------------------------------------
-        started = time.perf_counter()
+    def model(self, staged: Staged, labels: Sequence[str] = ()) -> Staged:
+        """The device: forward passes, plus the label and anchor embeddings post needs."""
+        models, keys = self._models(staged.tasks)
         for task, model in models.items():
+            if model is None:
+                continue
+            if keys[task] not in staged.raw:
+                staged.raw[keys[task]] = model.forward(staged.prepared[keys[task]])
+            if isinstance(model, Encoder) and task == "classify":
+                fixed = tuple(LABEL_TEMPLATE.format(x) for x in labels)
+                staged.raw["classify:labels"] = self._fixed_vectors(model, fixed)
+            if isinstance(model, Encoder) and task == "score":
+                staged.raw["score:anchors"] = self._fixed_vectors(model, self.score_anchors)
+            _sync(model.device)
+        return staged
+
+    def post(
+        self, staged: Staged, texts: Sequence[str], labels: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
+        """CPU: scores, ratings, entities, vectors, formatted per text."""
+        from inference.ner import TokenClassifier
+        from inference.patterns import extract_patterns
+        from inference.seqcls import SequenceClassifier
+
+        models, keys = self._models(staged.tasks)
+        outputs: list[dict[str, Any]] = [{} for _ in texts]
+        for task, model in models.items():
+            raw = staged.raw.get(keys.get(task, ""))
             if task == "classify":
                 if isinstance(model, SequenceClassifier):
-                    results = model.classify_outputs(raw[id(model)])
+                    results = model.classify_outputs(raw)
                 else:
-                    results = self._zero_shot(model, raw[id(model)], labels)
+                    results = zero_shot(raw, staged.raw["classify:labels"], labels)
                 for out, res in zip(outputs, results, strict=True):
                     out.update(res)
             elif task == "score":
                 if isinstance(model, SequenceClassifier):
-                    ratings = model.rating_outputs(raw[id(model)])
+                    ratings = model.rating_outputs(raw)
                 else:
-                    ratings = self._anchor_ratings(model, raw[id(model)])
+                    ratings = anchor_ratings(raw, staged.raw["score:anchors"])
                 for out, rating in zip(outputs, ratings, strict=True):
                     out["rating"] = rating
             elif task == "extract":
                 found: list[list[dict[str, Any]]] = [[] for _ in texts]
                 if isinstance(model, TokenClassifier):
-                    found = model.entities(prepared[id(model)], raw[id(model)], safe)
+                    bound = model.max_length * CHARS_PER_TOKEN_BOUND
+                    safe = [limit(length_safe(t), bound) for t in texts]
+                    found = model.entities(staged.prepared[keys[task]], raw, safe)
                 for out, text, ents in zip(outputs, texts, found, strict=True):
                     out["entities"] = merge_entities(ents, extract_patterns(text))
             elif task == "embed":
-                for out, row in zip(outputs, raw[id(model)].tolist(), strict=True):
+                for out, row in zip(outputs, raw.tolist(), strict=True):
                     out["embedding"] = [round(x, 6) for x in row]
+        return outputs
+
+    def run(
+        self, texts: Sequence[str], tasks: Sequence[str], labels: Sequence[str] = ()
+    ) -> tuple[list[dict[str, Any]], StageTimes]:
+        """All three stages in this process, timed."""
+        times = StageTimes()
+        started = time.perf_counter()
+        staged = self.pre(texts, tasks)
+        times.pre = time.perf_counter() - started
+        started = time.perf_counter()
+        self.model(staged, labels)
+        times.model = time.perf_counter() - started
+        started = time.perf_counter()
+        outputs = self.post(staged, texts, labels)
         times.post = time.perf_counter() - started
         return outputs, times
 
-    def _zero_shot(
-        self, encoder: Encoder, vectors: torch.Tensor, labels: Sequence[str]
-    ) -> list[dict[str, Any]]:
-        label_vectors = self._fixed_vectors(
-            encoder, tuple(LABEL_TEMPLATE.format(x) for x in labels)
-        )
-        sims = (vectors @ label_vectors.T).tolist()
-        results = []
-        for row in sims:
-            best = max(range(len(labels)), key=row.__getitem__)
-            results.append(
-                {
-                    "label": labels[best],
-                    "score": round(row[best], 6),
-                    "scores": {label: round(s, 6) for label, s in zip(labels, row, strict=True)},
-                }
-            )
-        return results
 
-    def _anchor_ratings(self, encoder: Encoder, vectors: torch.Tensor) -> list[float]:
-        # Softmax over the similarities to the positive and negative anchor: p(pos) - p(neg).
-        anchors = self._fixed_vectors(encoder, self.score_anchors)
-        probs = torch.softmax((vectors @ anchors.T) / ANCHOR_TEMPERATURE, dim=1)
-        return [round(max(-1.0, min(1.0, p - n)), 6) for p, n in probs.tolist()]
+def zero_shot(
+    vectors: torch.Tensor, label_vectors: torch.Tensor, labels: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Cosine similarity of each text to each label; the best label and every score."""
+    sims = (vectors @ label_vectors.T).tolist()
+    results = []
+    for row in sims:
+        best = max(range(len(labels)), key=row.__getitem__)
+        results.append(
+            {
+                "label": labels[best],
+                "score": round(row[best], 6),
+                "scores": {label: round(s, 6) for label, s in zip(labels, row, strict=True)},
+            }
+        )
+    return results
+
+
+def anchor_ratings(vectors: torch.Tensor, anchors: torch.Tensor) -> list[float]:
+    """Softmax over the similarities to the positive and negative anchor: p(pos) - p(neg)."""
+    probs = torch.softmax((vectors @ anchors.T) / ANCHOR_TEMPERATURE, dim=1)
+    return [round(max(-1.0, min(1.0, p - n)), 6) for p, n in probs.tolist()]
 
 
 def merge_entities(model: list[dict[str, Any]], patterns: list[dict[str, Any]]) -> list[dict]:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import unicodedata
 
+_ASCII_CONTROL = {i: " " for i in (*range(32), 127)}
+
 
 def clean(text: str) -> str:
     """Unicode NFC, control characters to spaces, whitespace collapsed."""
-    text = unicodedata.normalize("NFC", text)
-    text = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in text)
+    if text.isascii():
+        # The common case, without a Python-level pass over every character.
+        text = text.translate(_ASCII_CONTROL)
+    else:
+        text = unicodedata.normalize("NFC", text)
+        text = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in text)
     return " ".join(text.split())
 
 

@@ -140,7 +140,16 @@ def test_jobs_run_on_the_queue_their_lane_names(settings, web, cpu_worker, accou
     waiting = get_job(web, enterprise_key, gpu_job["id"])
     assert waiting["status"] == "queued" and waiting["progress"]["done"] == 0
     assert chunk_workers(settings, gpu_job["id"]) == [("queued", None)] * 4
-    assert redis.Redis.from_url(settings.redis_url).llen("gpu") == 4
+    # Its model stages wait in the gpu queue (other tests' gpu jobs may wait there too).
+    waiting_ids = {
+        json.loads(m)["headers"]["id"]
+        for m in redis.Redis.from_url(settings.redis_url).lrange("gpu", 0, -1)
+    }
+    with session_scope(settings) as session:
+        task_ids = set(
+            session.scalars(select(Chunk.task_id).where(Chunk.job_id == uuid.UUID(gpu_job["id"])))
+        )
+    assert len(task_ids) == 4 and task_ids <= waiting_ids
 
     gpu_worker = start_worker(
         "gpu",
@@ -155,7 +164,9 @@ def test_jobs_run_on_the_queue_their_lane_names(settings, web, cpu_worker, accou
     assert done["status"] == "succeeded" and done["lane"] == "gpu"
     assert done["counts"] == {"succeeded": 50, "failed": 0}
     assert_exactly_one_result_each(settings, gpu_job["id"], 50, "g")
+    # Only the model stage ran on the gpu worker; pre- and post-processing ran on cpu.
     assert all(w.startswith("gpu@") for _, w in chunk_workers(settings, gpu_job["id"]))
+    assert done["stage_seconds"]["pre"] > 0 and done["stage_seconds"]["post"] > 0
 
     headers = {"Authorization": f"Bearer {enterprise_key}"}
     lines = httpx.get(f"{web}/v1/jobs/{gpu_job['id']}/results", headers=headers).text.splitlines()

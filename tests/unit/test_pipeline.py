@@ -111,3 +111,23 @@ def test_pattern_entities_never_overlap_model_entities():
     ]
     merged = merge_entities(model, patterns)
     assert [(e["start"], e["end"]) for e in merged] == [(0, 5), (5, 10)]
+
+
+def test_stages_resume_in_other_processes_through_bytes(encoder, tiny):
+    """The split design: pre in one process, model in another, post in a third."""
+    from inference.pipeline import Staged
+
+    models = {"classify": encoder, "score": tiny["sentiment"], "extract": tiny["ner"]}
+    tasks = ["classify", "score", "extract", "embed"]
+    models["embed"] = encoder
+    whole, _ = Pipeline(models.__getitem__).run(TEXTS, tasks, LABELS)
+
+    pre = Pipeline(models.__getitem__).pre(TEXTS, tasks)
+    on_device = Staged(tasks)
+    on_device.load("prepared", pre.to_bytes("prepared"))
+    Pipeline(models.__getitem__).model(on_device, LABELS)
+    after = Staged(tasks)
+    after.load("prepared", pre.to_bytes("prepared"))
+    after.load("raw", on_device.to_bytes("raw"))
+    split = Pipeline(models.__getitem__).post(after, TEXTS, LABELS)
+    assert split == whole

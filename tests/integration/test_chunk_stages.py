@@ -1,0 +1,85 @@
+"""The gpu lane's split stages against the real Postgres and Redis, run in this process.
+
+Each stage is called the way a worker calls it (`Task.apply`), without a broker: the point
+here is the hand-off through Redis and the fallbacks when a hand-off is missing.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+from sqlalchemy import select
+
+from db.models import Chunk, Job, Result
+from db.queries import chunks_of, create_account, create_job
+from db.session import session_scope
+from laneway.planner import plan_chunks
+from tasks.chunks import _key, model_chunk, post_chunk, prep_chunk
+
+TEXTS = ["my parcel is late", "refund $20 to a@b.co please", "love the new app", "login fails"]
+
+
+@pytest.fixture
+def gpu_chunk(settings, migrated):
+    with session_scope(settings) as session:
+        account, _ = create_account(session, f"stages-{uuid.uuid4().hex[:8]}", "enterprise")
+        job = create_job(
+            session,
+            account_id=account.id,
+            tasks=["classify", "score", "extract"],
+            labels=["shipping", "billing", "praise", "account"],
+            items=[(f"s{i}", t) for i, t in enumerate(TEXTS)],
+            lane="gpu",
+            chunks=plan_chunks(len(TEXTS), 16),
+            chunk_size=16,
+        )
+        return chunks_of(session, job.id)[0].id, job.id
+
+
+def _results(settings, job_id):
+    with session_scope(settings) as session:
+        return {
+            r.item_id: r.output
+            for r in session.scalars(select(Result).where(Result.job_id == job_id))
+        }
+
+
+def test_split_stages_hand_off_through_redis(settings, gpu_chunk):
+    chunk_id, job_id = gpu_chunk
+    r = redis.Redis.from_url(settings.redis_url)
+    prep_chunk.apply(args=(chunk_id,)).get()
+    assert r.exists(_key(chunk_id, "prepared"))
+    model_chunk.apply(args=(chunk_id,)).get()
+    assert r.exists(_key(chunk_id, "raw"))
+    with session_scope(settings) as session:
+        chunk = session.get(Chunk, chunk_id)
+        assert chunk.state == "running" and chunk.attempts == 1
+        assert chunk.pre_seconds > 0 and chunk.model_seconds > 0 and chunk.device == "cpu"
+    post_chunk.apply(args=(chunk_id,)).get()
+    assert not r.exists(_key(chunk_id, "prepared"), _key(chunk_id, "raw"))
+    results = _results(settings, job_id)
+    assert set(results) == {"s0", "s1", "s2", "s3"}
+    assert all(
+        {"label", "score", "scores", "rating", "entities"} <= set(o) for o in results.values()
+    )
+    with session_scope(settings) as session:
+        chunk = session.get(Chunk, chunk_id)
+        assert chunk.state == "done" and chunk.post_seconds > 0
+        assert session.get(Job, job_id).status == "running"
+    # A redelivered stage after the chunk is done changes nothing.
+    assert post_chunk.apply(args=(chunk_id,)).get() == {"chunk": chunk_id, "skipped": True}
+    assert model_chunk.apply(args=(chunk_id,)).get() == {"chunk": chunk_id, "skipped": True}
+
+
+def test_lost_hand_offs_are_recomputed_not_lost(settings, gpu_chunk):
+    chunk_id, job_id = gpu_chunk
+    r = redis.Redis.from_url(settings.redis_url)
+    prep_chunk.apply(args=(chunk_id,)).get()
+    r.delete(_key(chunk_id, "prepared"))  # as if Redis had been emptied
+    model_chunk.apply(args=(chunk_id,)).get()  # tokenizes for itself
+    r.delete(_key(chunk_id, "raw"))
+    post_chunk.apply(args=(chunk_id,)).get()  # runs every stage itself
+    results = _results(settings, job_id)
+    assert len(results) == 4 and all("label" in o for o in results.values())
