@@ -40,7 +40,9 @@ def load_texts(n: int) -> list[str]:
     return [f"{base[i % len(base)]} (ref {i})" for i in range(n)]
 
 
-def run_fleet(texts: list[str], threads: int, naive_items: int) -> tuple[float, dict, dict]:
+def run_fleet(
+    texts: list[str], threads: int, naive_items: int, account_type: str
+) -> tuple[float, dict, dict]:
     import uuid
 
     from db.migrate import upgrade
@@ -76,7 +78,7 @@ def run_fleet(texts: list[str], threads: int, naive_items: int) -> tuple[float, 
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("the bench worker did not start; see bench-worker.log")
         with session_scope(settings) as session:
-            account, _ = create_account(session, f"bench-{uuid.uuid4().hex[:8]}", "enterprise")
+            account, _ = create_account(session, f"bench-{uuid.uuid4().hex[:8]}", account_type)
             session.expunge(account)
         items = [(f"b-{i}", text) for i, text in enumerate(texts)]
         started = time.perf_counter()
@@ -159,6 +161,11 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=20000)
     parser.add_argument("--naive-items", type=int, default=2000, help="0 skips the naive run")
     parser.add_argument("--out", default=None, help="also write the JSON report here")
+    parser.add_argument(
+        "--account-type",
+        default="enterprise",
+        help="enterprise/standard: the gpu lane above the threshold; trial/demo: the cpu lane",
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch-sizes", default="16,32,64")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -174,7 +181,9 @@ def main() -> None:
     bare = Bare(args.threads, labels, [int(x) for x in args.batch_sizes.split(",")], texts[:1000])
     bare.run(texts[:half])
     with embedded_redis(settings):
-        fleet_rate, fleet, naive = run_fleet(texts, args.threads, args.naive_items)
+        fleet_rate, fleet, naive = run_fleet(
+            texts, args.threads, args.naive_items, args.account_type
+        )
     bare.run(texts[half:])
     bare_rate = bare.items / bare.seconds
     report = {
@@ -198,6 +207,7 @@ def main() -> None:
         print(json.dumps(report))
         return
     print(f"items            {args.items} ({settings.database_url.split(':', 1)[0]})")
+    print(f"lane             {fleet['lane']}")
     print(
         f"fleet            {fleet_rate:8.1f} items/s  ({fleet['seconds']:.1f} s, {fleet['status']})"
     )

@@ -153,10 +153,11 @@ def chunks_of(session: Session, job_id: uuid.UUID) -> list[Chunk]:
     return list(session.scalars(select(Chunk).where(Chunk.job_id == job_id).order_by(Chunk.seq)))
 
 
-def chunk_items(session: Session, chunk: Chunk) -> list[JobItem]:
+def chunk_items(session: Session, chunk: Chunk) -> list[Any]:
+    """The chunk's items as (idx, item_id, text) rows, in length order."""
     return list(
-        session.scalars(
-            select(JobItem)
+        session.execute(
+            select(JobItem.idx, JobItem.item_id, JobItem.text)
             .where(
                 JobItem.job_id == chunk.job_id,
                 JobItem.pos >= chunk.start,
@@ -184,7 +185,7 @@ def upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str,
         from sqlalchemy.dialects.postgresql import insert as dialect_insert
     else:
         from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    stmt = dialect_insert(Result).values([{"job_id": job_id, **row} for row in rows])
+    stmt = dialect_insert(Result)
     stmt = stmt.on_conflict_do_update(
         index_elements=[Result.job_id, Result.idx],
         set_={
@@ -194,7 +195,8 @@ def upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str,
             "error": stmt.excluded.error,
         },
     )
-    session.execute(stmt)
+    # executemany: one cached statement, sent in batches (insertmanyvalues).
+    session.execute(stmt, [{"job_id": job_id, **row} for row in rows])
 
 
 def items_done(session: Session, job_id: uuid.UUID) -> int:

@@ -1,6 +1,6 @@
-"""Model code: pre-processing, the model, post-processing. Imports neither Celery nor Flask."""
+"""Model code: pre-processing, the models, post-processing. Imports neither Celery nor Flask."""
 
 from inference.encoder import Encoder, default_model_path
-from inference.zero_shot import ZeroShotClassifier
+from inference.pipeline import Pipeline
 
-__all__ = ["Encoder", "ZeroShotClassifier", "default_model_path"]
+__all__ = ["Encoder", "Pipeline", "default_model_path"]

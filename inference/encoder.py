@@ -9,7 +9,6 @@ from transformers import AutoModel
 
 from inference.base import LocalModel
 from inference.batching import Prepared, run_batches, scatter
-from inference.text import clean  # noqa: F401 - re-exported for callers
 
 
 def default_model_path() -> str:

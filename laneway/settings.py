@@ -284,7 +284,11 @@ class Settings:
                     "LANEWAY_SCORE_ANCHORS must be 'positive description|negative description'"
                 )
             values["score_anchors"] = anchors
-        models = {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding")}
+        model_path = values.get("model_path", "")
+        if model_path and not Path(model_path).is_dir():
+            raise SettingsError(f"LANEWAY_MODEL_PATH must be a model directory: {model_path!r}")
+        # `minilm` is the default embedding model: the packaged weights or LANEWAY_MODEL_PATH.
+        models = {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding", model_path)}
         if env.get("LANEWAY_MODELS", "").strip():
             models.update(_models("LANEWAY_MODELS")(env["LANEWAY_MODELS"]))
         values["models"] = models

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from inference import Encoder, ZeroShotClassifier
-from inference.encoder import clean
+from inference import Encoder, Pipeline
+from inference.text import clean
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +24,14 @@ def test_embeddings_are_normalized_and_order_preserving(encoder):
 
 
 def test_zero_shot_picks_the_obvious_label(encoder):
-    classifier = ZeroShotClassifier(encoder)
     labels = ["football match", "cooking recipe", "computer programming"]
-    results = classifier.classify(
+    results, _ = Pipeline(lambda task: encoder).run(
         [
             "The striker scored twice in the second half and the home team won the cup.",
             "Whisk two eggs with flour and sugar, then bake for twenty minutes.",
             "The Python function raised a TypeError because the argument was None.",
         ],
+        ["classify"],
         labels,
     )
     assert [r["label"] for r in results] == labels

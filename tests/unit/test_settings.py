@@ -81,3 +81,11 @@ def test_model_registry_and_task_models(tmp_path):
 def test_bad_registry_settings_name_the_variable(env, message):
     with pytest.raises(SettingsError, match=message):
         Settings.from_env(env)
+
+
+def test_model_path_names_the_default_models_directory(tmp_path):
+    assert Settings.from_env({"LANEWAY_MODEL_PATH": str(tmp_path)}).models["minilm"].path == str(
+        tmp_path
+    )
+    with pytest.raises(SettingsError, match="LANEWAY_MODEL_PATH"):
+        Settings.from_env({"LANEWAY_MODEL_PATH": str(tmp_path / "missing")})
