@@ -201,6 +201,7 @@ class Settings:
     web_port: int = 8000
     web_workers: int = 2
     reconcile_interval: int = 30
+    chunk_timeout: int = 600
     models: dict[str, ModelSpec] = field(
         default_factory=lambda: {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding")}
     )
@@ -261,6 +262,7 @@ class Settings:
             "web_port": ("LANEWAY_WEB_PORT", _int("LANEWAY_WEB_PORT", 1)),
             "web_workers": ("LANEWAY_WEB_WORKERS", _int("LANEWAY_WEB_WORKERS", 1)),
             "model_path": ("LANEWAY_MODEL_PATH", str.strip),
+            "chunk_timeout": ("LANEWAY_CHUNK_TIMEOUT", _int("LANEWAY_CHUNK_TIMEOUT", 5)),
             "reconcile_interval": (
                 "LANEWAY_RECONCILE_INTERVAL",
                 _int("LANEWAY_RECONCILE_INTERVAL", 1),

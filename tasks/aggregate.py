@@ -10,9 +10,10 @@ from celery import shared_task
 from db.queries import finalize_job
 from db.session import session_scope
 from laneway.settings import get_settings
+from tasks.base import LanewayTask
 
 
-@shared_task(name="laneway.aggregate_job", acks_late=True)
+@shared_task(name="laneway.aggregate_job", base=LanewayTask)
 def aggregate_job(job_id: str) -> dict[str, Any]:
     with session_scope() as session:
         settings = get_settings()

@@ -10,9 +10,7 @@ from kombu import Queue
 
 from laneway.settings import LANES, Settings, get_settings
 from tasks.backend import backend_url
-
-# Longer than any chunk can run: otherwise Redis redelivers a chunk that is still running.
-VISIBILITY_TIMEOUT = 6 * 3600
+from tasks.base import visibility_timeout
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -20,8 +18,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_url": settings.redis_url,
         "result_backend": backend_url(settings.redis_url),
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT},
-        "result_backend_transport_options": {"visibility_timeout": VISIBILITY_TIMEOUT},
+        # Longer than a reserved chunk can wait and run, or Redis redelivers a running chunk.
+        "broker_transport_options": {
+            "visibility_timeout": visibility_timeout(settings.chunk_timeout)
+        },
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],

@@ -24,6 +24,7 @@ from db.session import session_scope
 from inference.pipeline import Staged
 from laneway.redis_conn import redis_client
 from laneway.settings import get_settings
+from tasks.base import LanewayTask
 from workers.devices import model_device
 from workers.model_host import get_pipeline
 
@@ -101,7 +102,7 @@ def _failed(work: Work, exc: Exception, **seconds: float) -> dict:
     return _finish(work, [None] * len(work.items), f"{type(exc).__name__}: {exc}", **seconds)
 
 
-@shared_task(name="laneway.run_chunk", bind=True, acks_late=True)
+@shared_task(name="laneway.run_chunk", bind=True, base=LanewayTask)
 def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     """All three stages in one task (the cpu lane)."""
     work = _load(chunk_id, claim_by=self.request.hostname)
@@ -128,7 +129,7 @@ def _key(chunk_id: int, part: str) -> str:
     return f"laneway:chunk:{chunk_id}:{part}"
 
 
-@shared_task(name="laneway.prep_chunk", acks_late=True)
+@shared_task(name="laneway.prep_chunk", base=LanewayTask)
 def prep_chunk(chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 1 on a cpu worker: clean and tokenize, hand the tokens over."""
     work = _load(chunk_id)
@@ -142,7 +143,7 @@ def prep_chunk(chunk_id: int) -> dict[str, Any]:
     return {"chunk": chunk_id, "prepared_bytes": len(blob)}
 
 
-@shared_task(name="laneway.model_chunk", bind=True, acks_late=True)
+@shared_task(name="laneway.model_chunk", bind=True, base=LanewayTask)
 def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 2 on a gpu worker: only the model stage runs here."""
     work = _load(chunk_id, claim_by=self.request.hostname)
@@ -168,7 +169,7 @@ def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     return {"chunk": chunk_id, "model_seconds": model_seconds}
 
 
-@shared_task(name="laneway.post_chunk", acks_late=True)
+@shared_task(name="laneway.post_chunk", base=LanewayTask)
 def post_chunk(chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 3 on a cpu worker: scores, entities, formatting, results."""
     work = _load(chunk_id)

@@ -11,6 +11,7 @@ from db.models import FINAL_JOB_STATUSES, Chunk, Job
 from db.queries import finalize_job
 from db.session import session_scope
 from laneway.settings import get_settings
+from tasks.base import LanewayTask
 
 
 def finalize_orphaned_jobs() -> list[str]:
@@ -33,6 +34,6 @@ def finalize_orphaned_jobs() -> list[str]:
     return finalized
 
 
-@shared_task(name="laneway.reconcile", acks_late=True)
+@shared_task(name="laneway.reconcile", base=LanewayTask)
 def reconcile() -> dict[str, Any]:
     return {"finalized": finalize_orphaned_jobs()}

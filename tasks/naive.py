@@ -10,10 +10,11 @@ from typing import Any
 
 from celery import shared_task
 
+from tasks.base import LanewayTask
 from workers.model_host import get_pipeline
 
 
-@shared_task(name="laneway.naive_item", acks_late=True)
+@shared_task(name="laneway.naive_item", base=LanewayTask)
 def naive_item(text: str, tasks: list[str], labels: list[str]) -> dict[str, Any]:
     outputs, _ = get_pipeline().run([text], tasks, labels)
     return outputs[0]

@@ -1,0 +1,60 @@
+"""Reliability declared on every task, and the limits that must hold between them."""
+
+import pytest
+
+from laneway.settings import Settings
+from tasks import app
+from tasks.app import celery_config
+from tasks.base import TRANSIENT_ERRORS, chunk_time_limits, visibility_timeout
+
+app.loader.import_default_modules()  # the task modules a worker imports (`include`)
+LANEWAY_TASKS = sorted(name for name in app.tasks if name.startswith("laneway."))
+
+
+def test_every_laneway_task_is_registered():
+    assert {
+        "laneway.run_chunk",
+        "laneway.prep_chunk",
+        "laneway.model_chunk",
+        "laneway.post_chunk",
+        "laneway.aggregate_job",
+        "laneway.reconcile",
+    } <= set(LANEWAY_TASKS)
+
+
+@pytest.mark.parametrize("name", LANEWAY_TASKS)
+def test_tasks_ack_late_requeue_on_worker_loss_and_retry_transient_errors(name):
+    task = app.tasks[name]
+    assert task.acks_late and task.reject_on_worker_lost
+    assert task.autoretry_for == TRANSIENT_ERRORS
+    assert task.retry_backoff and task.retry_jitter and task.max_retries >= 3
+
+
+@pytest.mark.parametrize("timeout", [5, 30, 600, 7200])
+def test_soft_limit_comes_before_the_hard_limit(timeout):
+    limits = chunk_time_limits(timeout)
+    assert limits["time_limit"] == timeout
+    assert 0 < limits["soft_time_limit"] < timeout
+
+
+@pytest.mark.parametrize("timeout", ["30", "600", "7200"])
+def test_visibility_timeout_outlasts_a_waiting_and_a_running_chunk(timeout):
+    settings = Settings.from_env({"LANEWAY_CHUNK_TIMEOUT": timeout})
+    visibility = celery_config(settings)["broker_transport_options"]["visibility_timeout"]
+    assert visibility == visibility_timeout(int(timeout)) > 2 * int(timeout)
+    assert celery_config(settings)["worker_prefetch_multiplier"] == 1
+
+
+def test_dispatched_chunks_carry_their_time_limits():
+    from tasks.dispatch import chunk_signature
+
+    class FakeChunk:  # the two attributes a signature needs, no database
+        id, task_id = 7, "t-7"
+
+    cpu = chunk_signature(FakeChunk(), "cpu", 30)
+    assert cpu.options["time_limit"] == 30 and cpu.options["soft_time_limit"] == 27
+    assert cpu.options["queue"] == "cpu" and cpu.options["task_id"] == "t-7"
+    prep, model, post = chunk_signature(FakeChunk(), "gpu", 30).tasks
+    assert [s.options["queue"] for s in (prep, model, post)] == ["cpu", "gpu", "cpu"]
+    assert all(s.options["time_limit"] == 30 for s in (prep, model, post))
+    assert model.options["task_id"] == "t-7"
