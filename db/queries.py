@@ -250,13 +250,14 @@ def finalize_job(
     job = session.get(Job, job_id)
     if job is None or job.status in FINAL_JOB_STATUSES:
         return None
-    label_rows = session.execute(
-        select(Result.label, func.count())
-        .where(Result.job_id == job_id, Result.error.is_(None))
-        .group_by(Result.label)
-    ).all()
-    label_counts = {label: n for label, n in sorted(label_rows, key=lambda r: (-r[1], r[0] or ""))}
-    succeeded = sum(label_counts.values())
+    ok = (Result.job_id == job_id, Result.error.is_(None))
+    succeeded = session.scalar(select(func.count()).where(*ok)) or 0
+    label_counts = None
+    if "classify" in job.tasks:
+        label_rows = session.execute(
+            select(Result.label, func.count()).where(*ok).group_by(Result.label)
+        ).all()
+        label_counts = {label: n for label, n in sorted(label_rows, key=lambda r: (-r[1], r[0]))}
     # Items with no result at all count as failed: the job must never claim them.
     failed = job.total_items - succeeded
     cost = job_cost(session, job_id, job.total_items, cpu_price, gpu_price)
@@ -299,6 +300,9 @@ def iter_results(session: Session, job_id: uuid.UUID, batch: int = 1000) -> Iter
                 .limit(batch)
             )
         )
+        # End the read transaction between pages: a slow download must not hold a
+        # connection "idle in transaction" (nor, on SQLite, block WAL checkpoints).
+        session.commit()
         if not page:
             return
         yield from page

@@ -39,6 +39,8 @@ def parse_labels(raw: Any, default: Sequence[str] | None) -> list[str] | None:
     labels = [x.strip() for x in raw]
     if any(not x for x in labels):
         raise InputError("labels must not be empty strings")
+    for label in labels:
+        _check_storable(label, "a label")
     if any(len(x) > MAX_LABEL_CHARS for x in labels):
         raise InputError(f"a label is longer than {MAX_LABEL_CHARS} characters")
     if len(labels) < 2 or len(labels) > MAX_LABELS:
@@ -46,6 +48,16 @@ def parse_labels(raw: Any, default: Sequence[str] | None) -> list[str] | None:
     if len(set(labels)) != len(labels):
         raise InputError("labels must be distinct")
     return labels
+
+
+def _check_storable(value: str, where: str) -> None:
+    """Postgres stores neither NUL characters nor lone surrogates ("\ud800" in JSON)."""
+    if "\x00" in value:
+        raise InputError(f"{where} contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{where} contains an invalid character (a lone surrogate)") from None
 
 
 class _Collector:
@@ -77,8 +89,8 @@ class _Collector:
                 f"{where}: 'text' has {len(text)} characters, more than the limit of "
                 f"{self.limits.max_text_chars} (LANEWAY_MAX_TEXT_CHARS)"
             )
-        if "\x00" in text:
-            raise InputError(f"{where}: 'text' contains a NUL character")
+        for field, value in (("id", item_id), ("text", text)):
+            _check_storable(value, f"{where}: '{field}'")
         if item_id in self.seen:
             raise InputError(f"{where}: duplicate id {item_id!r}")
         if len(self.items) >= self.limits.max_items:
@@ -109,11 +121,16 @@ def parse_json_items(raw: Any, limits: Limits) -> list[tuple[str, str]]:
 def _lines(stream: BinaryIO) -> Iterable[tuple[int, str]]:
     """Decode UTF-8 line by line, so an invalid byte is reported with its line number."""
     decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    number = 0
     for number, raw in enumerate(stream, start=1):
         try:
             yield number, decoder.decode(raw)
         except UnicodeDecodeError:
             raise InputError(f"line {number}: not valid UTF-8") from None
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise InputError(f"line {number}: not valid UTF-8 (the file ends mid-character)") from None
 
 
 def parse_jsonl(stream: BinaryIO, limits: Limits) -> list[tuple[str, str]]:
@@ -125,6 +142,8 @@ def parse_jsonl(stream: BinaryIO, limits: Limits) -> list[tuple[str, str]]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise InputError(f"line {number}: not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # huge integers, absurd nesting
+            raise InputError(f"line {number}: not valid JSON ({type(exc).__name__})") from None
         if not isinstance(obj, dict):
             raise InputError(f"line {number}: must be a JSON object with 'id' and 'text'")
         out.add(obj.get("id"), obj.get("text"), f"line {number}")

@@ -86,9 +86,12 @@ def _finish(work: Work, outputs: list[Any], error: str | None, **seconds: float)
         for (idx, item_id, _), out in zip(work.items, outputs, strict=True)
     ]
     with session_scope() as session:
+        # Locked, then checked: a second copy of this chunk (a redelivery while the first
+        # still ran) must not overwrite the results of a copy that already finished.
+        chunk = session.get(Chunk, work.chunk_id, with_for_update=True)
+        if chunk is None or chunk.state in FINISHED:
+            return {"chunk": work.chunk_id, "skipped": True}
         upsert_results(session, work.job_id, rows)
-        chunk = session.get(Chunk, work.chunk_id)
-        assert chunk is not None
         chunk.state = "failed" if error else "done"
         chunk.finished_at = utcnow()
         for name, value in seconds.items():

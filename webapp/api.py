@@ -45,7 +45,10 @@ def _parse_submission(
         labels_raw: Any = request.form.get("labels")
         items = parse_file(upload.filename, upload.stream, limits)
     else:
-        body = request.get_json(silent=True)
+        try:
+            body = request.get_json(silent=True)
+        except RecursionError:
+            body = None
         if not isinstance(body, dict):
             raise InputError("send a JSON object body (Content-Type: application/json) or a file")
         tasks = parse_tasks(body.get("tasks"), body.get("task"))

@@ -202,3 +202,17 @@ def test_submission_from_another_thread_uses_the_configured_celery_app(app, acco
     thread.start()
     thread.join()
     assert answers[0].status_code == 202, answers[0].json
+
+
+def test_lone_surrogates_and_deep_nesting_are_400_not_500(client, account_factory):
+    _, key = account_factory()
+    body = b'{"items": [{"id": "a", "text": "x\\ud800"}]}'
+    response = client.post(
+        "/v1/jobs", data=body, content_type="application/json", headers=auth(key)
+    )
+    assert response.status_code == 400 and "invalid character" in response.json["message"]
+    deep = b'{"items": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    response = client.post(
+        "/v1/jobs", data=deep, content_type="application/json", headers=auth(key)
+    )
+    assert response.status_code == 400

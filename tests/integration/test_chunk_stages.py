@@ -83,3 +83,16 @@ def test_lost_hand_offs_are_recomputed_not_lost(settings, gpu_chunk):
     post_chunk.apply(args=(chunk_id,)).get()  # runs every stage itself
     results = _results(settings, job_id)
     assert len(results) == 4 and all("label" in o for o in results.values())
+
+
+def test_a_late_duplicate_never_overwrites_a_finished_chunk(settings, gpu_chunk):
+    from tasks.chunks import _finish, _load
+
+    chunk_id, job_id = gpu_chunk
+    duplicate = _load(chunk_id)  # a second copy read the chunk while it was still open
+    for stage in (prep_chunk, model_chunk, post_chunk):
+        stage.apply(args=(chunk_id,)).get()
+    good = _results(settings, job_id)
+    outcome = _finish(duplicate, [None] * len(duplicate.items), "SoftTimeLimitExceeded: late")
+    assert outcome == {"chunk": chunk_id, "skipped": True}
+    assert _results(settings, job_id) == good

@@ -159,3 +159,28 @@ def test_chunks_hold_items_of_similar_length(db_session):
         ("i3", 3),
     ]
     assert [i.idx for i in chunk_items(db_session, long)] == [0, 4, 2]
+
+
+def test_jobs_without_classify_have_no_label_counts(db_session):
+    account, _ = create_account(db_session, f"nolabel-{uuid.uuid4().hex[:8]}", "standard")
+    job = create_job(
+        db_session,
+        account_id=account.id,
+        tasks=["score"],
+        labels=[],
+        items=[("a", "x"), ("b", "y")],
+        lane="cpu",
+        chunks=plan_chunks(2, 2),
+        chunk_size=2,
+    )
+    upsert_results(
+        db_session,
+        job.id,
+        [
+            {"idx": i, "item_id": k, "label": None, "output": {"rating": 0.1}, "error": None}
+            for i, k in enumerate("ab")
+        ],
+    )
+    assert finalize_job(db_session, job.id) == "succeeded"
+    db_session.refresh(job)
+    assert job.label_counts is None and job.succeeded_items == 2

@@ -69,3 +69,31 @@ def test_utf8_bom_is_accepted():
     assert parse_bytes("f.csv", "\ufeffid,text\n1,caf\u00e9\n".encode(), LIMITS) == [
         ("1", "caf\u00e9")
     ]
+
+
+@pytest.mark.parametrize(
+    "items,message",
+    [
+        ([{"id": "a", "text": "x\ud800"}], r"items\[0\]: 'text' contains an invalid character"),
+        ([{"id": "a\ud800", "text": "x"}], r"items\[0\]: 'id' contains an invalid character"),
+        ([{"id": "a\x00", "text": "x"}], r"items\[0\]: 'id' contains a NUL"),
+        ([{"id": "a", "text": "x\x00y"}], r"items\[0\]: 'text' contains a NUL"),
+    ],
+)
+def test_text_postgres_cannot_store_is_refused(items, message):
+    with pytest.raises(InputError, match=message):
+        parse_json_items(items, LIMITS)
+    with pytest.raises(InputError, match="a label contains"):
+        parse_labels(["ok", "bad\ud800"], ["a", "b"])
+
+
+def test_absurd_jsonl_lines_are_input_errors():
+    with pytest.raises(InputError, match="line 1: not valid JSON"):
+        parse_bytes("x.jsonl", b'{"id": ' + b"9" * 5000 + b', "text": "x"}\n', LIMITS)
+    with pytest.raises(InputError, match="line 1: not valid JSON"):
+        parse_bytes("x.jsonl", b"[" * 100_000 + b"\n", LIMITS)
+
+
+def test_a_file_ending_mid_character_is_refused():
+    with pytest.raises(InputError, match="ends mid-character"):
+        parse_bytes("x.csv", b"id,text\n1,caf\xc3", LIMITS)
