@@ -77,15 +77,7 @@ def config_labels(config: Any, labels: Sequence[str] | None = None) -> list[str]
 class LabeledModel(LocalModel):
     """A classification head: its labels come from the registry or the config's id2label."""
 
-    def __init__(
-        self,
-        path: str,
-        device: str = "cpu",
-        max_length: int = 256,
-        batch_size: int = 32,
-        half: bool = True,
-        labels: Sequence[str] | None = None,
-    ) -> None:
-        super().__init__(path, device, max_length, batch_size, half)
+    def __init__(self, *args: Any, labels: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.labels = config_labels(self.model.config, labels)
         self.num_labels = len(self.labels)

@@ -43,9 +43,6 @@ class Client:
             response = self.http.post("/v1/jobs", files={"file": (path.name, fh)}, data=data)
         return self._check(response).json()
 
-    def submit_items(self, items: list[dict[str, str]], **body: Any) -> dict[str, Any]:
-        return self._check(self.http.post("/v1/jobs", json={"items": items, **body})).json()
-
     def job(self, job_id: str) -> dict[str, Any]:
         return self._check(self.http.get(f"/v1/jobs/{job_id}")).json()
 

@@ -6,7 +6,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -78,8 +77,3 @@ class Fleet:
         finally:
             for s, handler in old.items():
                 signal.signal(s, handler)
-
-
-def laneway_argv(*args: str) -> list[str]:
-    """Run a `laneway` subcommand with this same interpreter."""
-    return [sys.executable, "-m", "laneway.cli", *args]

@@ -49,7 +49,12 @@ def _config(labels: list[str]) -> BertConfig:
     )
 
 
-def _save(model: torch.nn.Module, path: Path, bias: list[float] | None) -> Path:
+def _make(model_class: type, path: Path, labels: list[str], bias: list[float] | None) -> Path:
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    _tokenizer().save_pretrained(path)
+    model = model_class(_config(labels)).eval()
     if bias is not None:
         # Zero weights and a fixed bias make every input's logits equal `bias`: known outputs.
         with torch.no_grad():
@@ -61,17 +66,9 @@ def _save(model: torch.nn.Module, path: Path, bias: list[float] | None) -> Path:
 
 def make_seqcls_model(path: Path, labels: list[str], bias: list[float] | None = None) -> Path:
     """A random 2-layer BertForSequenceClassification with `labels`, saved (with its tokenizer)."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    _tokenizer().save_pretrained(path)
-    return _save(BertForSequenceClassification(_config(labels)).eval(), path, bias)
+    return _make(BertForSequenceClassification, path, labels, bias)
 
 
 def make_token_model(path: Path, labels: list[str], bias: list[float] | None = None) -> Path:
     """A random 2-layer BertForTokenClassification with `labels`, saved (with its tokenizer)."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(0)
-    _tokenizer().save_pretrained(path)
-    return _save(BertForTokenClassification(_config(labels)).eval(), path, bias)
+    return _make(BertForTokenClassification, path, labels, bias)
