@@ -64,7 +64,7 @@ def run_fleet(
     }
     settings.home.mkdir(parents=True, exist_ok=True)
     log = open(settings.home / "bench-worker.log", "wb")  # noqa: SIM115
-    argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "cpu,gpu"]
+    argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "cpu,gpu,maintenance"]
     worker = subprocess.Popen(
         argv + ["-n", node, "-c", "1", "--loglevel", "INFO"],
         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,

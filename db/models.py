@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -19,15 +21,34 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     Uuid,
+    false,
     func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from laneway.settings import ACCOUNT_TYPES, LANES
 
-JOB_STATUSES = ("queued", "running", "succeeded", "partial", "failed", "cancelled")
+# held: accepted while its lane is full, dispatched when capacity frees (backpressure);
+# cancelling: DELETE asked for it, running chunks stop at their next micro-batch.
+JOB_STATUSES = (
+    "held",
+    "queued",
+    "running",
+    "cancelling",
+    "succeeded",
+    "partial",
+    "failed",
+    "cancelled",
+)
 FINAL_JOB_STATUSES = ("succeeded", "partial", "failed", "cancelled")
-CHUNK_STATES = ("queued", "running", "done", "failed", "cancelled")
+# split: a chunk that kept killing its workers, replaced by two halves (its children).
+CHUNK_STATES = ("held", "queued", "running", "done", "failed", "cancelled", "split")
+FINISHED_CHUNK_STATES = ("done", "failed", "cancelled", "split")
+OPEN_CHUNK_STATES = ("queued", "running")
+# The stage a chunk runs next: `run` (cpu lane, all stages in one task) or, on the gpu
+# lane, `prep` (cpu) -> `model` (gpu) -> `post` (cpu).
+CHUNK_STAGES = ("run", "prep", "model", "post")
+DEAD_LETTER_KINDS = ("item", "chunk")
 
 CreatedAt = Annotated[
     datetime, mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
@@ -49,7 +70,7 @@ class Base(DeclarativeBase):
             "pk": "pk_%(table_name)s",
         }
     )
-    type_annotation_map = {dict[str, Any]: JSON, list[str]: JSON}
+    type_annotation_map = {dict[str, Any]: JSON, list[str]: JSON, list[int]: JSON}
 
 
 class Account(Base):
@@ -59,13 +80,22 @@ class Account(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
     type: Mapped[str] = mapped_column(String(20))
+    # Admins may manage every account and key through /v1/admin; their own jobs stay theirs.
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Told when an inbox job's results reach the outbox; may carry a secret token, so it is
+    # never logged.
+    webhook_url: Mapped[str | None] = mapped_column(String(2000))
     created_at: Mapped[CreatedAt]
 
     keys: Mapped[list[ApiKey]] = relationship(back_populates="account")
 
 
 class ApiKey(Base):
-    """An API key: only its SHA-256 is stored; the prefix finds it without revealing it."""
+    """An API key: only its SHA-256 is stored; the prefix finds it without revealing it.
+
+    A key is live until `revoked_at`; rotation sets that moment in the future (a grace
+    period) so the caller can switch to the new key without an outage.
+    """
 
     __tablename__ = "api_keys"
 
@@ -73,6 +103,7 @@ class ApiKey(Base):
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     prefix: Mapped[str] = mapped_column(String(16), unique=True)
     key_hash: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None] = mapped_column(String(100))
     created_at: Mapped[CreatedAt]
     revoked_at: Mapped[Timestamp]
 
@@ -97,6 +128,7 @@ class Job(Base):
     total_items: Mapped[int] = mapped_column(Integer)
     succeeded_items: Mapped[int] = mapped_column(Integer, default=0)
     failed_items: Mapped[int] = mapped_column(Integer, default=0)
+    cancelled_items: Mapped[int] = mapped_column(Integer, default=0)
     chunk_size: Mapped[int] = mapped_column(Integer)
     label_counts: Mapped[dict[str, Any] | None]
     pre_seconds: Mapped[float] = mapped_column(Float, default=0.0)
@@ -106,25 +138,29 @@ class Job(Base):
     created_at: Mapped[CreatedAt]
     started_at: Mapped[Timestamp]
     finished_at: Mapped[Timestamp]
+    cancel_requested_at: Mapped[Timestamp]
+    # The lane decision and what it was made from (planner.Routing.as_dict()).
+    routing: Mapped[dict[str, Any] | None]
 
     account: Mapped[Account] = relationship()
 
 
 class JobItem(Base):
-    """One input text, written in bulk (COPY on Postgres) when the job is created.
+    """One input text, written in bulk (through a COPY on Postgres) when the job is created.
 
     `idx` is the item's place in the input; `pos` its place in length order. Chunks cover
-    ranges of `pos`, so each chunk holds texts of similar length and pads little.
+    ranges of `pos`, so each chunk holds texts of similar length and pads little. The key
+    is (job, pos), the one index chunks read by: a second one on (job, idx) cost a third of
+    the time of writing a million items (docs/benchmarks.md), and nothing reads by idx.
     """
 
     __tablename__ = "job_items"
-    __table_args__ = (UniqueConstraint("job_id", "pos"),)
 
     job_id: Mapped[uuid.UUID] = mapped_column(
         ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
     )
-    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
-    pos: Mapped[int] = mapped_column(Integer)
+    pos: Mapped[int] = mapped_column(Integer, primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer)
     item_id: Mapped[str] = mapped_column(String(200))
     text: Mapped[str] = mapped_column(Text)
 
@@ -134,6 +170,7 @@ class Chunk(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "seq"),
         CheckConstraint(_in("state", CHUNK_STATES), name="state"),
+        CheckConstraint(_in("stage", CHUNK_STAGES), name="stage"),
         Index("ix_chunks_state", "state"),
     )
 
@@ -143,11 +180,20 @@ class Chunk(Base):
     # A half-open range of item positions in length order (JobItem.pos).
     start: Mapped[int] = mapped_column(Integer)
     stop: Mapped[int] = mapped_column(Integer)
+    # Retry chunks (dead letters sent back) and halves of one name their items instead,
+    # by position (JobItem.pos, the items' key).
+    positions: Mapped[list[int] | None]
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("chunks.id", ondelete="SET NULL"))
     queue: Mapped[str] = mapped_column(String(20))
     task_id: Mapped[str] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(20), default="queued")
+    stage: Mapped[str] = mapped_column(String(10), default="run")
+    # Times the lane's worker started this chunk (the run or model stage).
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(String(200))
+    # The worker process (Worker.id) running the chunk now: its heartbeat says if it lives.
+    worker_instance: Mapped[str | None] = mapped_column(String(64))
+    last_error: Mapped[str | None] = mapped_column(Text)
     device: Mapped[str | None] = mapped_column(String(20))
     # Seconds per stage: CPU pre-processing, the model on the device, CPU post-processing.
     pre_seconds: Mapped[float | None] = mapped_column(Float)
@@ -172,3 +218,112 @@ class Result(Base):
     output: Mapped[dict[str, Any] | None]
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[CreatedAt]
+
+
+class DeadLetter(Base):
+    """Work that failed for good: one poison item, or a whole chunk that failed as a unit.
+
+    `idxs` names the items (JobItem.idx) it covers, so sending it back re-runs exactly them.
+    """
+
+    __tablename__ = "dead_letters"
+    __table_args__ = (
+        CheckConstraint(_in("kind", DEAD_LETTER_KINDS), name="kind"),
+        Index("ix_dead_letters_job_id", "job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    chunk_id: Mapped[int | None] = mapped_column(ForeignKey("chunks.id", ondelete="SET NULL"))
+    kind: Mapped[str] = mapped_column(String(10))
+    idxs: Mapped[list[int]]
+    item_ids: Mapped[list[str]]
+    error: Mapped[str] = mapped_column(Text)
+    traceback: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[CreatedAt]
+    # Set when the letter is sent back (POST /v1/jobs/<id>/retry, `laneway dlq retry`).
+    retried_at: Mapped[Timestamp]
+    retry_chunk_id: Mapped[int | None] = mapped_column(ForeignKey("chunks.id", ondelete="SET NULL"))
+
+
+class Worker(Base):
+    """One worker process (a `celery worker` parent) from start to stop, with heartbeats."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    hostname: Mapped[str] = mapped_column(String(200))
+    queues: Mapped[list[str]]
+    device: Mapped[str | None] = mapped_column(String(20))
+    pid: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[CreatedAt]
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    stopped_at: Mapped[Timestamp]
+    stop_reason: Mapped[str | None] = mapped_column(String(200))
+    # The CUDA device the process was pinned to (its CUDA_VISIBLE_DEVICES), if any.
+    gpu_device: Mapped[str | None] = mapped_column(String(20))
+    start_reason: Mapped[str | None] = mapped_column(String(200))
+    # Chunk tasks running now; idle since the last one ended (beat's scale-down reads it).
+    running_tasks: Mapped[int] = mapped_column(Integer, default=0)
+    idle_since: Mapped[Timestamp]
+    # A scale-up: since when work waited for this worker, when it finished its first task.
+    waiting_since: Mapped[Timestamp]
+    first_task_at: Mapped[Timestamp]
+    cold_start_seconds: Mapped[float | None] = mapped_column(Float)
+
+
+class WorkerEvent(Base):
+    """A worker's start (and why), exit, scale-down, and idle periods of a second or more."""
+
+    __tablename__ = "worker_events"
+    __table_args__ = (Index("ix_worker_events_worker_id", "worker_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    # Worker.id; no foreign key: the fleet records a start before the worker registers.
+    worker_id: Mapped[str] = mapped_column(String(64))
+    hostname: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(String(200))
+    detail: Mapped[dict[str, Any] | None]
+    created_at: Mapped[CreatedAt]
+
+
+class JobEvent(Base):
+    """What happened to a job, once each: finalized, cancelled, held, released, retried."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (Index("ix_job_events_job_id", "job_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(30))
+    detail: Mapped[dict[str, Any] | None]
+    created_at: Mapped[CreatedAt]
+
+
+class InboxFile(Base):
+    """A file taken from the inbox. Its content's SHA-256 is unique per account, so the same
+    content is never ingested twice, even by two scans at once; `stem` names its outbox
+    files."""
+
+    __tablename__ = "inbox_files"
+    __table_args__ = (
+        UniqueConstraint("account_id", "sha256", name="uq_inbox_files_account_id_sha256"),
+        UniqueConstraint("account_id", "stem", name="uq_inbox_files_account_id_stem"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    sha256: Mapped[str] = mapped_column(String(64))
+    # Set in the transaction that claims the hash, once the job exists.
+    job_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), unique=True
+    )
+    name: Mapped[str] = mapped_column(String(255))
+    stem: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[CreatedAt]
+    outbox_sent_at: Mapped[Timestamp]
+    outbox_written_at: Mapped[Timestamp]
+    notified_at: Mapped[Timestamp]

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+# Asked before each micro-batch; True stops the model stage (a cancelled job).
+_stop_check: ContextVar[Callable[[], bool] | None] = ContextVar("stop_check", default=None)
+
+
+class Interrupted(Exception):
+    """The model stage stopped between micro-batches because its stop check said so."""
+
+
+@contextmanager
+def interruptible(stop: Callable[[], bool]) -> Iterator[None]:
+    """Inside this block, every model's micro-batch loop asks `stop()` before each batch."""
+    token = _stop_check.set(stop)
+    try:
+        yield
+    finally:
+        _stop_check.reset(token)
 
 
 @dataclass
@@ -60,8 +79,11 @@ def run_batches(
 ) -> list[torch.Tensor]:
     """Run forward on each micro-batch on the device; results come back to CPU, per batch."""
     results = []
+    stop = _stop_check.get()
     with torch.inference_mode():
         for _, enc in prepared.batches:
+            if stop is not None and stop():
+                raise Interrupted("stopped between micro-batches")
             inputs = {k: v.to(device, non_blocking=True) for k, v in enc.items()}
             results.append(forward(inputs).float().cpu())
     return results

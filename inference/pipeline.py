@@ -191,13 +191,20 @@ class Pipeline:
         return outputs
 
     def run(
-        self, texts: Sequence[str], tasks: Sequence[str], labels: Sequence[str] = ()
+        self,
+        texts: Sequence[str],
+        tasks: Sequence[str],
+        labels: Sequence[str] = (),
+        before_model: Callable[[Sequence[str]], None] | None = None,
     ) -> tuple[list[dict[str, Any]], StageTimes]:
-        """All three stages in this process, timed."""
+        """All three stages in this process, timed; `before_model(texts)` runs between the
+        first two (the task layer injects faults there)."""
         times = StageTimes()
         started = time.perf_counter()
         staged = self.pre(texts, tasks)
         times.pre = time.perf_counter() - started
+        if before_model is not None:
+            before_model(texts)
         started = time.perf_counter()
         self.model(staged, labels)
         times.model = time.perf_counter() - started

@@ -41,6 +41,9 @@ def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
 @click.option("--log-level", default="INFO", show_default=True)
 def cli(log_level: str) -> None:
     """Laneway: a Celery worker fleet for NLP inference."""
+    from laneway.logsafe import install_redaction
+
+    install_redaction()
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -75,10 +78,32 @@ def accounts() -> None:
     """Accounts and their API keys."""
 
 
+def _webhook_url(_ctx: Any, _param: Any, value: str | None) -> str | None:
+    """An http(s) URL with a host. Echoed nowhere: it may carry a secret token."""
+    if value is None:
+        return None
+    import httpx
+
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host or len(value) > 2000:
+        raise click.BadParameter(
+            "must be an http:// or https:// URL with a host (2000 chars at most)"
+        )
+    return value
+
+
 @accounts.command("create")
 @click.argument("name")
 @click.option("--type", "type_", type=click.Choice(ACCOUNT_TYPES), default="standard")
-def accounts_create(name: str, type_: str) -> None:
+@click.option("--admin", is_flag=True, help="may manage every account and key (/v1/admin)")
+@click.option("--key-name", default=None, help="a name for its first API key")
+@click.option("--webhook", default=None, callback=_webhook_url, help="told when inbox jobs end")
+def accounts_create(
+    name: str, type_: str, admin: bool, key_name: str | None, webhook: str | None
+) -> None:
     """Create an account; prints its API key once, on its own line."""
     from sqlalchemy.exc import IntegrityError
 
@@ -87,42 +112,185 @@ def accounts_create(name: str, type_: str) -> None:
 
     try:
         with session_scope(_settings()) as session:
-            _, key = create_account(session, name, type_)
+            account, key = create_account(session, name, type_, is_admin=admin, key_name=key_name)
+            account.webhook_url = webhook
     except IntegrityError:
         raise click.ClickException(f"an account named {name!r} already exists") from None
-    click.echo(f"created {type_} account {name!r}; its API key (shown once):", err=True)
+    role = " admin" if admin else ""
+    click.echo(f"created {type_}{role} account {name!r}; its API key (shown once):", err=True)
     click.echo(key)
+
+
+@accounts.command("list")
+def accounts_list() -> None:
+    """List accounts: id, name, type, admin, live keys."""
+    from db.queries import is_live, list_accounts, list_keys
+    from db.session import session_scope
+
+    with session_scope(_settings()) as session:
+        click.echo(f"{'id':>6}  {'name':30}  {'type':10}  {'admin':5}  live keys")
+        for account in list_accounts(session):
+            live = sum(is_live(k) for k in list_keys(session, account.id))
+            admin = "yes" if account.is_admin else ""
+            click.echo(f"{account.id:>6}  {account.name:30}  {account.type:10}  {admin:5}  {live}")
+
+
+@accounts.group("keys")
+def keys() -> None:
+    """An account's API keys: create, list, rotate, revoke (keys are named by prefix)."""
+
+
+def _find_account(session: Any, ref: str) -> Any:
+    from db.queries import find_account
+
+    account = find_account(session, ref)
+    if account is None:
+        raise click.ClickException(f"no account {ref!r} (give its name or id)")
+    return account
+
+
+def _find_key(session: Any, prefix: str) -> Any:
+    from db.queries import find_key
+
+    row = find_key(session, prefix)
+    if row is None:
+        raise click.ClickException(f"no API key with prefix {prefix!r} (e.g. lw_0123456789ab)")
+    return row
+
+
+def _print_key(key: str) -> None:
+    click.echo("the new API key (shown once):", err=True)
+    click.echo(key)
+
+
+@keys.command("create")
+@click.argument("account")
+@click.option("--name", default=None, help="what the key is for, e.g. nightly-upload")
+def keys_create(account: str, name: str | None) -> None:
+    """Add an API key to ACCOUNT (name or id); prints it once."""
+    from db.queries import add_api_key
+    from db.session import session_scope
+
+    with session_scope(_settings()) as session:
+        _, key = add_api_key(session, _find_account(session, account), name)
+    _print_key(key)
+
+
+@keys.command("list")
+@click.argument("account")
+def keys_list(account: str) -> None:
+    """List ACCOUNT's keys by prefix (the keys themselves are never stored)."""
+    from db.queries import aware, is_live, list_keys
+    from db.session import session_scope
+
+    with session_scope(_settings()) as session:
+        click.echo(f"{'prefix':16}  {'name':24}  {'created':25}  state")
+        for row in list_keys(session, _find_account(session, account).id):
+            if row.revoked_at is None:
+                state = "live"
+            else:
+                when = aware(row.revoked_at).isoformat(timespec="seconds")
+                state = f"live until {when}" if is_live(row) else f"revoked {when}"
+            created = aware(row.created_at).isoformat(timespec="seconds")
+            click.echo(f"{row.prefix:16}  {row.name or '':24}  {created:25}  {state}")
+
+
+@keys.command("rotate")
+@click.argument("prefix")
+@click.option(
+    "--grace", default=0, show_default=True, type=click.IntRange(0, 30 * 24 * 3600),
+    help="seconds the old key keeps working",
+)  # fmt: skip
+def keys_rotate(prefix: str, grace: int) -> None:
+    """Replace the key PREFIX with a new one; the old one stops after --grace seconds."""
+    from db.queries import is_live, rotate_key
+    from db.session import session_scope
+
+    with session_scope(_settings()) as session:
+        row = _find_key(session, prefix)
+        if not is_live(row):
+            raise click.ClickException(f"the key {prefix} is already revoked")
+        _, key = rotate_key(session, row, grace)
+    _print_key(key)
+
+
+@keys.command("revoke")
+@click.argument("prefix")
+def keys_revoke(prefix: str) -> None:
+    """Revoke the key PREFIX now."""
+    from db.queries import revoke_key
+    from db.session import session_scope
+
+    with session_scope(_settings()) as session:
+        revoke_key(session, _find_key(session, prefix))
+    click.echo(f"revoked {prefix}")
+
+
+@accounts.command("webhook")
+@click.argument("name")
+@click.argument("url", required=False, callback=_webhook_url)
+@click.option("--clear", is_flag=True, help="remove the account's webhook")
+def accounts_webhook(name: str, url: str | None, clear: bool) -> None:
+    """Set (or --clear) the URL told when the account's inbox jobs reach the outbox."""
+    from sqlalchemy import select
+
+    from db.models import Account
+    from db.session import session_scope
+
+    if (url is None) != clear:
+        raise click.UsageError("give a URL, or --clear")
+    with session_scope(_settings()) as session:
+        account = session.scalar(select(Account).where(Account.name == name))
+        if account is None:
+            raise click.ClickException(f"no account named {name!r}")
+        account.webhook_url = url
+    click.echo(f"webhook {'cleared' if clear else 'set'} for account {name!r}")
+
+
+# --- the nightly inbox --------------------------------------------------------------------
+
+
+@cli.group()
+def inbox() -> None:
+    """The nightly inbox (LANEWAY_INBOX_DIR/<account>/)."""
+
+
+@inbox.command("scan")
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per file")
+def inbox_scan(as_json: bool) -> None:
+    """Take the inbox's complete files now, as beat does on LANEWAY_INBOX_SCHEDULE."""
+    import json
+
+    from laneway.inbox import scan_inbox
+    from laneway.redis_conn import embedded_redis
+
+    settings = _settings()
+    with embedded_redis(settings):
+        outcomes = scan_inbox(settings, progress=lambda message: click.echo(message, err=True))
+    for outcome in outcomes:
+        if as_json:
+            click.echo(json.dumps(outcome.as_dict()))
+            continue
+        where = f"{outcome.account}/{outcome.name}" if outcome.account else outcome.name
+        job = f" job {outcome.job_id}" if outcome.job_id else ""
+        click.echo(f"{outcome.status:9s} {where}{job}: {outcome.detail}")
+    if not outcomes:
+        click.echo(f"nothing in {settings.inbox_dir}", err=True)
 
 
 # --- processes ---------------------------------------------------------------------------
 
 
-def worker_argv(lane: str, settings: Settings, concurrency: int | None = None) -> list[str]:
-    return [
-        sys.executable, "-m", "celery", "-A", "tasks", "worker",
-        "-Q", lane,
-        "-n", f"{lane}@%h",
-        "-c", str(concurrency or settings.worker_concurrency),
-        "--loglevel", "INFO",
-        "-E",
-    ]  # fmt: skip
-
-
-def worker_env(lane: str, settings: Settings) -> dict[str, str]:
-    """The environment a lane's worker runs with; raises LaneError when it cannot run."""
-    from workers.devices import check_lane
-
-    return {
-        "LANEWAY_DEVICE": check_lane(lane, settings),
-        "LANEWAY_GPU_FALLBACK": settings.gpu_fallback,
-    }
-
-
 @cli.command()
-@click.argument("lane", type=click.Choice(LANES))
-@click.option("--concurrency", "-c", type=int, default=None, help="child processes")
-def worker(lane: str, concurrency: int | None) -> None:
-    """Run a Celery worker for one queue (cpu or gpu)."""
+@click.argument("lane", type=click.Choice((*LANES, "maintenance")))
+@click.option("--concurrency", "-c", type=int, default=None, help="child processes (cpu)")
+@click.option("--name", default=None, help="node name before @host (default: the lane)")
+@click.option("--device", default=None, help="gpu: run only the worker for this device")
+def worker(lane: str, concurrency: int | None, name: str | None, device: str | None) -> None:
+    """Run Celery workers for one queue: cpu (with maintenance), maintenance alone, or gpu:
+    one process per device in LANEWAY_GPU_DEVICES (default: every CUDA device), each
+    pinned to its device (CUDA_VISIBLE_DEVICES) and named gpu<N>@host."""
+    from laneway.processes import worker_argv, worker_env
     from workers.devices import LaneError
 
     settings = _settings()
@@ -130,18 +298,25 @@ def worker(lane: str, concurrency: int | None) -> None:
         env = worker_env(lane, settings)
     except LaneError as exc:
         raise click.ClickException(str(exc)) from None
-    sys.exit(_run_child(worker_argv(lane, settings, concurrency), env))
+    if lane != "gpu":
+        sys.exit(_run_child(worker_argv(lane, settings, concurrency, name), env))
+    sys.exit(_run_gpu_workers(settings, device))
 
 
-def web_argv(settings: Settings, host: str, port: int) -> list[str]:
-    return [
-        sys.executable, "-m", "gunicorn",
-        "--bind", f"{host}:{port}",
-        "--workers", str(settings.web_workers),
-        "--threads", "4",
-        "--access-logfile", "-",
-        "webapp:create_app()",
-    ]  # fmt: skip
+def _run_gpu_workers(settings: Settings, device: str | None) -> int:
+    from laneway.fleet import UNTIL_STOPPED, Fleet
+    from laneway.processes import add_gpu_workers, gpu_devices
+    from laneway.redis_conn import embedded_redis
+
+    devices = (device,) if device is not None else gpu_devices(settings)
+    if not devices or not all(d.isdigit() for d in devices):
+        raise click.ClickException(f"no gpu device to run a worker on: {devices!r}")
+    with embedded_redis(settings):
+        fleet = Fleet()
+        # A worker stopped warm (beat's scale-down) stays stopped; a crashed one restarts.
+        add_gpu_workers(fleet, settings, devices, UNTIL_STOPPED)
+        fleet.start_always()
+        return fleet.run_until_signal()
 
 
 @cli.command()
@@ -149,63 +324,137 @@ def web_argv(settings: Settings, host: str, port: int) -> list[str]:
 @click.option("--port", type=int, default=None, help="default LANEWAY_WEB_PORT")
 def web(host: str | None, port: int | None) -> None:
     """Run the web app (gunicorn)."""
+    from laneway.processes import web_argv
+
     settings = _settings()
     sys.exit(_run_child(web_argv(settings, host or settings.web_host, port or settings.web_port)))
 
 
-def beat_argv(settings: Settings) -> list[str]:
-    settings.home.mkdir(parents=True, exist_ok=True)
-    return [
-        sys.executable, "-m", "celery", "-A", "tasks", "beat",
-        "--schedule", str(settings.home / "celerybeat-schedule"),
-        "--loglevel", "INFO",
-    ]  # fmt: skip
-
-
 @cli.command()
 def beat() -> None:
-    """Run celery beat (periodic maintenance)."""
+    """Run celery beat (the reconciler, scale-down of idle gpu workers, lane statistics)."""
+    from laneway.processes import beat_argv
+
     sys.exit(_run_child(beat_argv(_settings())))
 
 
-def start_fleet(settings: Settings, host: str, port: int, log_dir: Path | None = None):  # noqa: ANN201
-    """Migrate, then start web, a worker per queue and beat; returns the Fleet."""
-    from db.migrate import upgrade
-    from laneway.fleet import Fleet
-    from workers.devices import LaneError, check_lane
+@cli.command()
+def fleet() -> None:
+    """This machine's workers: cpu workers kept up, a gpu worker per device started when
+    gpu work waits (beat stops idle ones); Ctrl-C stops them all."""
+    from laneway.processes import worker_fleet
+    from laneway.redis_conn import embedded_redis
 
-    upgrade(settings)
-    env: dict[str, str] = {}
-    try:
-        check_lane("gpu", settings)
-    except LaneError:
-        # One machine without CUDA: the gpu queue still needs a consumer, so run it on CPU.
-        log.warning("no CUDA device found: the gpu worker runs on CPU (LANEWAY_GPU_FALLBACK=cpu)")
-        env["LANEWAY_GPU_FALLBACK"] = "cpu"
-        settings = Settings.from_env({**os.environ, **env})
-    fleet = Fleet(log_dir=log_dir)
-    fleet.start("web", web_argv(settings, host, port), env)
-    for lane in LANES:
-        fleet.start(
-            f"worker-{lane}", worker_argv(lane, settings), {**env, **worker_env(lane, settings)}
-        )
-    fleet.start("beat", beat_argv(settings), env)
-    return fleet
+    settings = _settings()
+    with embedded_redis(settings):
+        supervisor = worker_fleet(settings)
+        supervisor.start_always()
+        code = supervisor.run_until_signal()
+    sys.exit(code)
 
 
 @cli.command()
 @click.option("--host", default=None)
 @click.option("--port", type=int, default=None)
 def up(host: str | None, port: int | None) -> None:
-    """Run web, a worker per queue and beat on this machine; Ctrl-C stops them all."""
+    """Run web, beat and the fleet (cpu workers, gpu workers on demand) on this machine;
+    Ctrl-C stops them all."""
+    from laneway.processes import full_fleet
     from laneway.redis_conn import embedded_redis
 
     settings = _settings()
     with embedded_redis(settings):
-        fleet = start_fleet(settings, host or settings.web_host, port or settings.web_port)
+        supervisor = full_fleet(settings, host or settings.web_host, port or settings.web_port)
         click.echo(f"laneway is up: http://{host or settings.web_host}:{port or settings.web_port}")
-        code = fleet.run_until_signal()
+        code = supervisor.run_until_signal()
     sys.exit(code)
+
+
+@cli.command()
+@click.argument("node")
+@click.option("--timeout", default=30.0, show_default=True)
+def health(node: str, timeout: float) -> None:
+    """Run the device health check (a small tensor operation) on one worker, e.g. gpu0@host."""
+    import json
+
+    from celery.utils.nodenames import worker_direct
+
+    from tasks.scaling import device_health
+
+    result = device_health.apply_async(queue=worker_direct(node))
+    try:
+        report = result.get(timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - a timeout or the check's own failure
+        raise click.ClickException(f"{node}: no health report ({type(exc).__name__})") from None
+    click.echo(json.dumps(report))
+    if not report.get("ok"):
+        sys.exit(1)
+
+
+# --- dead letters ------------------------------------------------------------------------
+
+
+@cli.group()
+def dlq() -> None:
+    """Dead letters: items and chunks that failed for good."""
+
+
+@dlq.command("list")
+@click.option("--job", "job_id", default=None, help="only this job's letters")
+@click.option("--all", "show_all", is_flag=True, help="include letters already sent back")
+def dlq_list(job_id: str | None, show_all: bool) -> None:
+    """List dead letters (open ones unless --all)."""
+    from sqlalchemy import select
+
+    from db.models import DeadLetter
+    from db.session import session_scope
+
+    query = select(DeadLetter).order_by(DeadLetter.id)
+    if job_id:
+        query = query.where(DeadLetter.job_id == _job_uuid(job_id))
+    if not show_all:
+        query = query.where(DeadLetter.retried_at.is_(None))
+    with session_scope(_settings()) as session:
+        letters = session.scalars(query).all()
+        for x in letters:
+            state = "sent back" if x.retried_at else "open"
+            items = ",".join(x.item_ids[:5]) + (" ..." if len(x.item_ids) > 5 else "")
+            click.echo(
+                f"{x.id}\t{x.job_id}\t{x.kind}\t{state}\tattempts={x.attempts}\t"
+                f"items={items}\t{x.error}"
+            )
+    click.echo(f"{len(letters)} dead letter(s)", err=True)
+
+
+def _job_uuid(job_id: str):  # noqa: ANN202
+    import uuid
+
+    try:
+        return uuid.UUID(job_id)
+    except ValueError:
+        raise click.BadParameter(f"not a job id: {job_id!r}") from None
+
+
+@dlq.command("retry")
+@click.option("--job", "job_id", default=None, help="send back this job's open letters")
+@click.option("--id", "letter_ids", type=int, multiple=True, help="a letter id (repeatable)")
+@click.option("--all", "every", is_flag=True, help="send back every open letter")
+def dlq_retry(job_id: str | None, letter_ids: tuple[int, ...], every: bool) -> None:
+    """Send dead letters back: their items run again and their jobs are finalized anew."""
+    from tasks.lifecycle import retry_dead_letters
+
+    if not (job_id or letter_ids or every):
+        raise click.UsageError("name --job JOB, --id N or --all")
+    retried = retry_dead_letters(
+        job_id=_job_uuid(job_id) if job_id else None,
+        letter_ids=list(letter_ids) or None,
+        settings=_settings(),
+    )
+    for job, items in retried.jobs.items():
+        click.echo(f"job {job}: {items} item(s) sent back")
+    for job, why in retried.skipped.items():
+        click.echo(f"job {job}: not sent back ({why})", err=True)
+    click.echo(f"{retried.letters} dead letter(s) sent back", err=True)
 
 
 # --- client ----------------------------------------------------------------------------
@@ -221,13 +470,14 @@ def up(host: str | None, port: int | None) -> None:
 def submit(
     file: Path, labels: str | None, tasks: str, wait: bool, url: str | None, api_key: str
 ) -> None:
-    """Submit a CSV (id,text) or JSONL file as a job; --wait shows a progress bar."""
+    """Submit a CSV (id,text) or JSONL file, optionally gzipped (.csv.gz, .jsonl.gz), as a
+    job; the upload shows a progress bar, and --wait one for the job."""
     from laneway.client import Client, ClientError
 
     settings = _settings()
     client = Client(url or f"http://{settings.web_host}:{settings.web_port}", api_key)
     try:
-        job = client.submit_file(file, tasks=tasks, labels=labels)
+        job = client.submit_file(file, tasks=tasks, labels=labels, progress=True)
         click.echo(f"job {job['id']} queued on the {job['lane']} lane")
         if wait:
             final = client.wait(job["id"], progress=True)
@@ -287,9 +537,11 @@ def _run_demo(settings: Settings, file: Path, port: int, show: int) -> dict[str,
     from db.queries import create_account
     from db.session import session_scope
     from laneway.client import Client
+    from laneway.processes import full_fleet
 
     log_dir = settings.home / "logs"
-    fleet = start_fleet(settings, "127.0.0.1", port, log_dir=log_dir)
+    fleet = full_fleet(settings, "127.0.0.1", port, log_dir=log_dir)
+    fleet.supervise_in_background()
     click.echo(f"fleet started (web on port {port}); process logs in {log_dir}")
     try:
         with session_scope(settings) as session:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy.orm import Session
 
 from db.models import Account, Job
-from db.queries import chunks_of, create_job
+from db.queries import ChunkRef, DuplicateItem, chunk_refs, create_job, stage_items
 from db.session import session_factory
-from laneway.inputs import InputError
-from laneway.planner import choose_lane, plan_chunks
+from laneway.inputs import InputError, ItemStream, item_stream
+from laneway.planner import Prices, Routing, plan_chunks, route
 from laneway.settings import TASKS, ModelSpec, Settings, get_settings
+
+log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=16)
@@ -18,10 +25,10 @@ def model_labels(spec: ModelSpec) -> tuple[str, ...]:
     """A fine-tuned classifier's labels: the registry's, else its config's id2label."""
     if spec.labels:
         return spec.labels
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(spec.path)
-    return tuple(config.id2label[i] for i in range(len(config.id2label)))
+    # config.json read directly: a web process need not import transformers for this.
+    config = json.loads((Path(spec.path) / "config.json").read_text())
+    id2label = {int(k): str(v) for k, v in (config.get("id2label") or {}).items()}
+    return tuple(id2label[i] for i in sorted(id2label))
 
 
 def resolve_labels(
@@ -61,9 +68,74 @@ def parse_tasks(raw_tasks: object, raw_task: object) -> list[str]:
     return list(raw_tasks)
 
 
+def choose_routing(settings: Settings, account_type: str, n_items: int) -> Routing:
+    """The lane for a job: from the lanes' measured costs and their state now, or from
+    LANEWAY_GPU_THRESHOLD while nothing is measured (laneway.planner.route)."""
+    from tasks.scaling import live_lanes, read_lane_stats
+
+    return route(
+        account_type,
+        n_items,
+        gpu_threshold=settings.gpu_threshold,
+        deadline=settings.deadline(account_type),
+        stats=read_lane_stats(settings),
+        live=live_lanes(settings),
+        prices=Prices(settings.cpu_price, settings.gpu_price, settings.gpu_idle_timeout),
+    )
+
+
+def store_job(
+    session: Session,
+    account: Account,
+    items: ItemStream,
+    *,
+    tasks: Sequence[str] = ("classify",),
+    labels: Sequence[str] | None = None,
+    source: str = "api",
+    settings: Settings | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[Job, list[ChunkRef]]:
+    """Validate and write the job, its items and its chunks in the caller's transaction.
+
+    Items stream into the database as they are read; a bad one raises InputError naming
+    its place, and the caller's rollback leaves nothing behind. The lane comes from the
+    routing policy; when the lane is full the job is stored held (the reconciler sends it
+    when room frees up), and past the hold limit LaneFull is raised (the caller's rollback
+    stores nothing).
+    """
+    from tasks.lifecycle import admit
+
+    settings = settings or get_settings()
+    labels = resolve_labels(settings, tasks, labels)
+    staged = stage_items(session, items.rows, progress)
+    if staged.count == 0:
+        raise InputError("the job has no items")
+    routing = choose_routing(settings, account.type, staged.count)
+    held = admit(session, settings, routing.lane, staged.count)
+    try:
+        job = create_job(
+            session,
+            account_id=account.id,
+            tasks=list(tasks),
+            labels=labels,
+            items=staged,
+            lane=routing.lane,
+            chunks=plan_chunks(staged.count, settings.chunk_size),
+            chunk_size=settings.chunk_size,
+            source=source,
+            held=held,
+            routing=routing.as_dict(),
+        )
+    except DuplicateItem as dup:
+        raise InputError(
+            f"{items.at(dup.place)}: duplicate id {dup.item_id!r} (first at {items.at(dup.first)})"
+        ) from None
+    return job, chunk_refs(session, job.id)
+
+
 def submit_job(
     account: Account,
-    items: Sequence[tuple[str, str]],
+    items: ItemStream | Iterable[tuple[str, str]],
     *,
     tasks: Sequence[str] = ("classify",),
     labels: Sequence[str] | None = None,
@@ -71,24 +143,27 @@ def submit_job(
     settings: Settings | None = None,
 ) -> Job:
     """Store the job and its items, then send its chord once the rows are committed."""
+    settings = settings or get_settings()
+    if not isinstance(items, ItemStream):
+        items = item_stream(items)
+    with session_factory(settings)() as session:
+        job, chunks = store_job(
+            session, account, items, tasks=tasks, labels=labels, source=source, settings=settings
+        )
+        session.commit()
+    send_job(job, chunks)
+    return job
+
+
+def send_job(job: Job, chunks: Sequence[ChunkRef]) -> None:
+    """After the commit: send a job's chord, unless it is held. Should the broker be away,
+    the job stays stored with its chunks queued and no message, which is what the
+    reconciler re-sends once LANEWAY_RECONCILE_INTERVAL passes."""
     from tasks.dispatch import dispatch_job
 
-    settings = settings or get_settings()
-    labels = resolve_labels(settings, tasks, labels)
-    lane = choose_lane(account.type, len(items), settings.gpu_threshold)
-    with session_factory(settings)() as session:
-        job = create_job(
-            session,
-            account_id=account.id,
-            tasks=list(tasks),
-            labels=labels,
-            items=items,
-            lane=lane,
-            chunks=plan_chunks(len(items), settings.chunk_size),
-            chunk_size=settings.chunk_size,
-            source=source,
-        )
-        chunks = chunks_of(session, job.id)
-        session.commit()
-    dispatch_job(str(job.id), lane, chunks)
-    return job
+    if job.status == "held":
+        return
+    try:
+        dispatch_job(str(job.id), job.lane, chunks)
+    except Exception as exc:  # noqa: BLE001 - the job is stored; the reconciler sends it
+        log.warning("job %s stored but not sent (%s); the reconciler will send it", job.id, exc)

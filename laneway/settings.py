@@ -39,6 +39,30 @@ TASK_MODEL_KINDS = {
     "embed": ("embedding",),
 }
 DEFAULT_MODEL = "minilm"
+# Faults a test may inject (LANEWAY_FAULTS); production leaves it empty.
+FAULTS = ("poison",)
+POISON_MARKER = "__laneway_poison__"
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class AccountLimits:
+    """What one account type may do: requests per window, items per job, bytes per request."""
+
+    rate_limit: str
+    max_items: int
+    max_upload_bytes: int
+
+
+# Per account type; None means the fleet-wide ceiling (LANEWAY_MAX_ITEMS and
+# LANEWAY_MAX_UPLOAD_BYTES). Demo and trial users come from the internet: keep them small.
+DEFAULT_ACCOUNT_LIMITS: dict[str, tuple[str, int | None, int | None]] = {
+    "demo": ("60/minute", 100, 1 * MIB),
+    "trial": ("300/minute", 1_000, 8 * MIB),
+    "standard": ("1000/minute", None, None),
+    "enterprise": ("5000/minute", None, None),
+}
+MIN_SECRET_KEY_CHARS = 32
 
 
 class SettingsError(ValueError):
@@ -152,6 +176,105 @@ def _labels(name: str) -> Callable[[str], tuple[str, ...]]:
     return parse
 
 
+def _faults(name: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        faults = tuple(part.strip().lower() for part in raw.split(",") if part.strip())
+        unknown = [f for f in faults if f not in FAULTS]
+        if unknown:
+            raise SettingsError(
+                f"{name} names unknown faults {unknown}; known: {', '.join(FAULTS)}"
+            )
+        return faults
+
+    return parse
+
+
+def _webhook_url(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        url = raw.strip()
+        if not url.startswith(("http://", "https://")):
+            # Never echo the value: a webhook URL carries its secret in the path.
+            raise SettingsError(f"{name} must be an http:// or https:// URL")
+        return url
+
+    return parse
+
+
+def _devices(name: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        devices = tuple(part.strip() for part in raw.split(",") if part.strip())
+        if not devices or not all(d.isdigit() for d in devices):
+            raise SettingsError(f"{name} must be comma-separated device numbers, got {raw!r}")
+        if len(set(devices)) != len(devices):
+            raise SettingsError(f"{name} names a device twice: {raw!r}")
+        return devices
+
+    return parse
+
+
+def _rate_limit(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        from limits import parse_many
+
+        value = raw.strip()
+        try:
+            parsed = parse_many(value)
+        except ValueError:
+            parsed = []
+        if not parsed:
+            raise SettingsError(
+                f"{name} must be a rate limit such as '1000/minute' or '10/second;500/hour', "
+                f"got {raw!r}"
+            )
+        return value
+
+    return parse
+
+
+def _crontab(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        spec = " ".join(raw.split())
+        if len(spec.split(" ")) != 5:
+            raise SettingsError(
+                f"{name} must be a crontab of five fields (minute hour day-of-month month "
+                f"day-of-week), got {raw!r}"
+            )
+        from celery.schedules import crontab
+
+        try:
+            crontab.from_string(spec)
+        except ValueError as exc:
+            raise SettingsError(f"{name} is not a valid crontab ({exc}), got {raw!r}") from None
+        return spec
+
+    return parse
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***, fit for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
+def _tasks(name: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        tasks = tuple(part.strip() for part in raw.split(",") if part.strip())
+        unknown = [t for t in tasks if t not in TASKS]
+        if not tasks or unknown or len(set(tasks)) != len(tasks):
+            raise SettingsError(
+                f"{name} must name distinct tasks among {', '.join(TASKS)}, got {raw!r}"
+            )
+        return tasks
+
+    return parse
+
+
 def _database_url(name: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         url = raw.strip()
@@ -161,7 +284,9 @@ def _database_url(name: str) -> Callable[[str], str]:
                 return "postgresql+psycopg://" + url[len(prefix) :]
         if url.startswith(("postgresql+psycopg://", "sqlite:///")):
             return url
-        raise SettingsError(f"{name} must be a postgresql:// or sqlite:/// URL, got {raw!r}")
+        raise SettingsError(
+            f"{name} must be a postgresql:// or sqlite:/// URL, got {mask_url(url)!r}"
+        )
 
     return parse
 
@@ -171,11 +296,47 @@ def _redis_url(name: str) -> Callable[[str], str]:
         url = raw.strip()
         if not url.startswith(("redis://", "rediss://", "redis+socket://")):
             raise SettingsError(
-                f"{name} must be a redis://, rediss:// or redis+socket:// URL, got {raw!r}"
+                f"{name} must be a redis://, rediss:// or redis+socket:// URL, "
+                f"got {mask_url(url)!r}"
             )
         return url
 
     return parse
+
+
+def _account_limits(
+    env: Mapping[str, str], max_items: int, max_upload_bytes: int
+) -> dict[str, AccountLimits]:
+    """Each account type's limits: LANEWAY_RATE_LIMIT_<TYPE>, LANEWAY_MAX_ITEMS_<TYPE> and
+    LANEWAY_MAX_UPLOAD_BYTES_<TYPE>, none above the fleet-wide ceilings."""
+    out = {}
+    for type_, (rate, items, upload) in DEFAULT_ACCOUNT_LIMITS.items():
+        suffix = type_.upper()
+        rate_var = f"LANEWAY_RATE_LIMIT_{suffix}"
+        if env.get(rate_var, "").strip():
+            rate = _rate_limit(rate_var)(env[rate_var])
+        sizes = []
+        for var, default, ceiling, ceiling_var in (
+            (f"LANEWAY_MAX_ITEMS_{suffix}", items, max_items, "LANEWAY_MAX_ITEMS"),
+            (
+                f"LANEWAY_MAX_UPLOAD_BYTES_{suffix}",
+                upload,
+                max_upload_bytes,
+                "LANEWAY_MAX_UPLOAD_BYTES",
+            ),
+        ):
+            if env.get(var, "").strip():
+                value = _int(var, 1)(env[var])
+                if value > ceiling:
+                    raise SettingsError(
+                        f"{var} ({value}) is above {ceiling_var} ({ceiling}), the ceiling "
+                        "for every account"
+                    )
+            else:
+                value = min(default or ceiling, ceiling)
+            sizes.append(value)
+        out[type_] = AccountLimits(rate, sizes[0], sizes[1])
+    return out
 
 
 @dataclass(frozen=True)
@@ -202,6 +363,30 @@ class Settings:
     web_workers: int = 2
     reconcile_interval: int = 30
     chunk_timeout: int = 600
+    # Per-lane overrides of chunk_timeout (0: use chunk_timeout).
+    chunk_timeout_cpu: int = 0
+    chunk_timeout_gpu: int = 0
+    chunk_retries: int = 2
+    max_chunk_attempts: int = 3
+    worker_heartbeat: int = 5
+    # Backpressure: a lane holds new jobs while its depth (queued + reserved + running
+    # messages) is at this many; past hold_limit held items per lane the API answers 503.
+    lane_limit_cpu: int = 2000
+    lane_limit_gpu: int = 2000
+    hold_limit: int = 2_000_000
+    alert_webhook_url: str = field(default="", repr=False)
+    alert_depth: int = 1000
+    alert_interval: int = 300
+    faults: tuple[str, ...] = ()
+    # The gpu lane's elasticity: devices (empty: every CUDA device found), the idle time
+    # after which beat stops a gpu worker (0: never, an outside autoscaler such as KEDA
+    # does), cpu workers the fleet keeps up per machine.
+    gpu_devices: tuple[str, ...] = ()
+    gpu_idle_timeout: int = 300
+    cpu_workers: int = 1
+    # Seconds within which each account type expects a batch job done (cost routing).
+    deadline_standard: int = 900
+    deadline_enterprise: int = 8 * 3600
     models: dict[str, ModelSpec] = field(
         default_factory=lambda: {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding")}
     )
@@ -220,11 +405,59 @@ class Settings:
     cpu_price: float = 0.0002
     gpu_price: float = 0.0015
     cuda_half: bool = True
+    account_limits: dict[str, AccountLimits] = field(
+        default_factory=lambda: _account_limits({}, 100_000, 64 * MIB)
+    )
+    anonymous_rate_limit: str = "120/minute"
+    # "" means generate one under LANEWAY_HOME on first use (webapp.security.secret_key).
+    secret_key: str = field(default="", repr=False)
+    secure_cookies: bool = True
+
+    def limits_for(self, account_type: str) -> AccountLimits:
+        """The limits of an account type."""
+        return self.account_limits[account_type]
+
+    inbox_dir: Path = Path("var/inbox")
+    outbox_dir: Path = Path("var/outbox")
+    inbox_schedule: str = "0 2 * * *"
+    inbox_settle: int = 60
+    inbox_max_items: int = 5_000_000
+    inbox_tasks: tuple[str, ...] = ("classify",)
 
     def model_for(self, task: str) -> ModelSpec | None:
         """The registry entry serving a task (None: extract runs on patterns alone)."""
         name = self.task_models.get(task, "")
         return self.models[name] if name else None
+
+    def chunk_timeout_for(self, lane: str) -> int:
+        """The hard time limit of one chunk on `lane`, in seconds."""
+        override = {"cpu": self.chunk_timeout_cpu, "gpu": self.chunk_timeout_gpu}.get(lane, 0)
+        return override or self.chunk_timeout
+
+    @property
+    def longest_chunk_timeout(self) -> int:
+        return max(self.chunk_timeout_for(lane) for lane in LANES)
+
+    def deadline(self, account_type: str) -> int | None:
+        """Seconds a batch job of this account type should take at most (None: interactive
+        accounts, which stay on the cpu lane whatever the cost)."""
+        return {"standard": self.deadline_standard, "enterprise": self.deadline_enterprise}.get(
+            account_type
+        )
+
+    def lane_limit(self, lane: str) -> int:
+        return self.lane_limit_gpu if lane == "gpu" else self.lane_limit_cpu
+
+    @property
+    def worker_dead_after(self) -> int:
+        """Seconds without a heartbeat after which a worker counts as dead."""
+        return 3 * self.worker_heartbeat + 5
+
+    @property
+    def redispatch_after(self) -> int:
+        """Seconds a queued chunk may lack a broker message before it is sent again; the
+        margin covers the commit-then-send gap of a job being submitted."""
+        return 2 * self.reconcile_interval + 20
 
     @property
     def redis_socket(self) -> Path | None:
@@ -267,6 +500,45 @@ class Settings:
                 "LANEWAY_RECONCILE_INTERVAL",
                 _int("LANEWAY_RECONCILE_INTERVAL", 1),
             ),
+            "chunk_timeout_cpu": (
+                "LANEWAY_CHUNK_TIMEOUT_CPU",
+                _int("LANEWAY_CHUNK_TIMEOUT_CPU", 5),
+            ),
+            "chunk_timeout_gpu": (
+                "LANEWAY_CHUNK_TIMEOUT_GPU",
+                _int("LANEWAY_CHUNK_TIMEOUT_GPU", 5),
+            ),
+            "chunk_retries": ("LANEWAY_CHUNK_RETRIES", _int("LANEWAY_CHUNK_RETRIES", 0)),
+            "max_chunk_attempts": (
+                "LANEWAY_MAX_CHUNK_ATTEMPTS",
+                _int("LANEWAY_MAX_CHUNK_ATTEMPTS", 1),
+            ),
+            "worker_heartbeat": ("LANEWAY_WORKER_HEARTBEAT", _int("LANEWAY_WORKER_HEARTBEAT", 1)),
+            "lane_limit_cpu": ("LANEWAY_LANE_LIMIT_CPU", _int("LANEWAY_LANE_LIMIT_CPU", 1)),
+            "lane_limit_gpu": ("LANEWAY_LANE_LIMIT_GPU", _int("LANEWAY_LANE_LIMIT_GPU", 1)),
+            "hold_limit": ("LANEWAY_HOLD_LIMIT", _int("LANEWAY_HOLD_LIMIT", 0)),
+            "alert_webhook_url": (
+                "LANEWAY_ALERT_WEBHOOK_URL",
+                _webhook_url("LANEWAY_ALERT_WEBHOOK_URL"),
+            ),
+            "alert_depth": ("LANEWAY_ALERT_DEPTH", _int("LANEWAY_ALERT_DEPTH", 1)),
+            "alert_interval": ("LANEWAY_ALERT_INTERVAL", _int("LANEWAY_ALERT_INTERVAL", 1)),
+            "faults": ("LANEWAY_FAULTS", _faults("LANEWAY_FAULTS")),
+            "gpu_devices": ("LANEWAY_GPU_DEVICES", _devices("LANEWAY_GPU_DEVICES")),
+            "gpu_idle_timeout": ("LANEWAY_GPU_IDLE_TIMEOUT", _int("LANEWAY_GPU_IDLE_TIMEOUT", 0)),
+            "cpu_workers": ("LANEWAY_CPU_WORKERS", _int("LANEWAY_CPU_WORKERS", 0)),
+            "deadline_standard": (
+                "LANEWAY_DEADLINE_STANDARD",
+                _int("LANEWAY_DEADLINE_STANDARD", 1),
+            ),
+            "deadline_enterprise": (
+                "LANEWAY_DEADLINE_ENTERPRISE",
+                _int("LANEWAY_DEADLINE_ENTERPRISE", 1),
+            ),
+            "inbox_schedule": ("LANEWAY_INBOX_SCHEDULE", _crontab("LANEWAY_INBOX_SCHEDULE")),
+            "inbox_settle": ("LANEWAY_INBOX_SETTLE", _int("LANEWAY_INBOX_SETTLE", 0)),
+            "inbox_max_items": ("LANEWAY_INBOX_MAX_ITEMS", _int("LANEWAY_INBOX_MAX_ITEMS", 1)),
+            "inbox_tasks": ("LANEWAY_INBOX_TASKS", _tasks("LANEWAY_INBOX_TASKS")),
         }
         values: dict[str, Any] = {}
         for attr, (var, parse) in parsers.items():
@@ -316,8 +588,38 @@ class Settings:
                 )
         values["task_models"] = task_models
 
+        values["account_limits"] = _account_limits(
+            env,
+            values.get("max_items", cls.max_items),
+            values.get("max_upload_bytes", cls.max_upload_bytes),
+        )
+        if env.get("LANEWAY_RATE_LIMIT_ANONYMOUS", "").strip():
+            values["anonymous_rate_limit"] = _rate_limit("LANEWAY_RATE_LIMIT_ANONYMOUS")(
+                env["LANEWAY_RATE_LIMIT_ANONYMOUS"]
+            )
+        secret = env.get("LANEWAY_SECRET_KEY", "").strip()
+        if secret and len(secret) < MIN_SECRET_KEY_CHARS:
+            raise SettingsError(
+                f"LANEWAY_SECRET_KEY must be at least {MIN_SECRET_KEY_CHARS} characters "
+                f"(it has {len(secret)}); try: python -c 'import secrets; "
+                "print(secrets.token_urlsafe(48))'"
+            )
+        values["secret_key"] = secret
+        if env.get("LANEWAY_SECURE_COOKIES", "").strip():
+            values["secure_cookies"] = _bool("LANEWAY_SECURE_COOKIES")(
+                env["LANEWAY_SECURE_COOKIES"]
+            )
+
         home = Path(env.get("LANEWAY_HOME", "") or "var").resolve()
         values["home"] = home
+        for attr, var, default in (
+            ("inbox_dir", "LANEWAY_INBOX_DIR", "inbox"),
+            ("outbox_dir", "LANEWAY_OUTBOX_DIR", "outbox"),
+        ):
+            folder = Path(env.get(var, "").strip() or home / default).resolve()
+            if folder.exists() and not folder.is_dir():
+                raise SettingsError(f"{var} must be a folder, got a file: {str(folder)!r}")
+            values[attr] = folder
         db_raw = env.get("LANEWAY_DATABASE_URL", "").strip()
         values["database_url"] = (
             _database_url("LANEWAY_DATABASE_URL")(db_raw)

@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, celeryd_after_setup, celeryd_init
+from celery.schedules import crontab
+from celery.signals import (
+    beat_init,
+    celeryd_after_setup,
+    celeryd_init,
+    task_postrun,
+    task_prerun,
+    worker_ready,
+    worker_shutdown,
+)
 from kombu import Queue
 
+from laneway.logsafe import install_redaction
 from laneway.settings import LANES, Settings, get_settings
 from tasks.backend import backend_url
 from tasks.base import visibility_timeout
+
+# Chord callbacks, the reconciler and alerts: short tasks that must not wait behind a lane's
+# backlog of chunks. `laneway worker cpu` consumes it beside `cpu`.
+MAINTENANCE_QUEUE = "maintenance"
+QUEUES = (*LANES, MAINTENANCE_QUEUE)
+# The tasks that occupy a lane's worker: a worker running none of them is idle.
+CHUNK_TASKS = frozenset(
+    {"laneway.run_chunk", "laneway.prep_chunk", "laneway.model_chunk", "laneway.post_chunk"}
+)
+log = logging.getLogger(__name__)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -20,17 +41,24 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         # Longer than a reserved chunk can wait and run, or Redis redelivers a running chunk.
         "broker_transport_options": {
-            "visibility_timeout": visibility_timeout(settings.chunk_timeout)
+            "visibility_timeout": visibility_timeout(settings.longest_chunk_timeout)
         },
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
         "result_expires": 24 * 3600,  # never 0: chords need their results
-        "task_queues": [Queue(lane, routing_key=lane) for lane in LANES],
+        "task_queues": [Queue(name, routing_key=name) for name in QUEUES],
         "task_default_queue": "cpu",
         "task_routes": {
-            "laneway.aggregate_job": {"queue": "cpu"},
-            "laneway.reconcile": {"queue": "cpu"},
+            "laneway.aggregate_job": {"queue": MAINTENANCE_QUEUE},
+            "laneway.reconcile": {"queue": MAINTENANCE_QUEUE},
+            "laneway.send_alert": {"queue": MAINTENANCE_QUEUE},
+            "laneway.scale_down": {"queue": MAINTENANCE_QUEUE},
+            "laneway.lane_stats": {"queue": MAINTENANCE_QUEUE},
+            # The nightly path: ingest and outbox files are batch work, beside the chunks.
+            "laneway.scan_inbox": {"queue": "cpu"},
+            "laneway.write_outbox": {"queue": "cpu"},
+            "laneway.notify_webhook": {"queue": MAINTENANCE_QUEUE},
             # Chunks go to the queue their job's lane names, set per call at dispatch.
         },
         "task_acks_late": True,
@@ -41,19 +69,56 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_proc_alive_timeout": 120,
         "worker_send_task_events": True,
         "task_send_sent_event": True,
+        # Each worker also consumes a queue of its own (`<node>.dq`): the device health
+        # check is sent to one worker.
+        "worker_direct": True,
         "beat_schedule": {
+            # Expiry bounds the pile-up while no worker serves the maintenance queue; it is
+            # generous because a busy cpu worker takes maintenance tasks between chunks.
             "reconcile": {
                 "task": "laneway.reconcile",
                 "schedule": float(settings.reconcile_interval),
-                "options": {"expires": float(settings.reconcile_interval)},
+                "options": {"expires": float(max(60, 3 * settings.reconcile_interval))},
+            },
+            "scale-down": {
+                "task": "laneway.scale_down",
+                "schedule": float(scale_down_interval(settings)),
+                "options": {"expires": 60.0},
+            },
+            "lane-stats": {
+                "task": "laneway.lane_stats",
+                "schedule": 60.0,
+                "options": {"expires": 60.0},
+            },
+            # Nightly by default (LANEWAY_INBOX_SCHEDULE, in UTC).
+            "inbox": {
+                "task": "laneway.scan_inbox",
+                "schedule": crontab.from_string(settings.inbox_schedule),
             },
         },
     }
 
 
+def scale_down_interval(settings: Settings) -> int:
+    """How often beat looks for idle gpu workers: often enough to honour the idle timeout."""
+    idle = settings.gpu_idle_timeout or settings.reconcile_interval
+    return max(1, min(settings.reconcile_interval, idle // 2))
+
+
 def make_celery(settings: Settings | None = None) -> Celery:
+    # Workers log task errors and tracebacks: keep keys and passwords out of them.
+    install_redaction()
     celery = Celery(
-        "laneway", include=["tasks.chunks", "tasks.aggregate", "tasks.maintenance", "tasks.naive"]
+        "laneway",
+        include=[
+            "tasks.chunks",
+            "tasks.aggregate",
+            "tasks.maintenance",
+            "tasks.alerts",
+            "tasks.scaling",
+            "tasks.inbox",
+            "tasks.naive",
+        ],
     )
     celery.conf.update(celery_config(settings or get_settings()))
     # @shared_task binds to the current app, which is thread-local unless set as default:
@@ -78,14 +143,66 @@ def _start_embedded_redis(**_: Any) -> None:
         _embedded.append(handle)
 
 
-@celeryd_after_setup.connect
-def _refuse_gpu_without_cuda(sender: str, instance: Any, **_: Any) -> None:
-    """A worker consuming the gpu queue needs CUDA, or LANEWAY_GPU_FALLBACK=cpu."""
-    from workers.devices import LaneError, check_lane
+_worker: dict[str, Any] = {}
 
-    queues = set(instance.app.amqp.queues.consume_from or {})
+
+@celeryd_after_setup.connect
+def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
+    """A worker consuming the gpu queue needs CUDA, or LANEWAY_GPU_FALLBACK=cpu. Every
+    worker gets an instance id before its pool forks, for its heartbeat."""
+    from workers.devices import LaneError, check_lane
+    from workers.registry import new_instance_id
+
+    settings = get_settings()
+    queues = sorted(instance.app.amqp.queues.consume_from or {})
+    device = None
     if "gpu" in queues:
         try:
-            check_lane("gpu", get_settings())
+            device = check_lane("gpu", settings)
         except LaneError as exc:
             raise SystemExit(f"laneway: {exc}") from None
+    elif "cpu" in queues:
+        device = "cpu" if settings.device == "auto" else settings.device
+    _worker.update(instance=new_instance_id(sender), hostname=sender, queues=queues, device=device)
+
+
+def worker_queues() -> list[str] | None:
+    """The queues this worker consumes (in its pool children too: set before the fork)."""
+    return _worker.get("queues")
+
+
+@worker_ready.connect
+def _start_heartbeat(**_: Any) -> None:
+    from workers.registry import start_heartbeat
+
+    if _worker:
+        start_heartbeat(**_worker)
+
+
+@worker_shutdown.connect
+def _stop_heartbeat(**_: Any) -> None:
+    from workers.registry import stop_heartbeat
+
+    stop_heartbeat("warm shutdown")
+
+
+def _count_chunk_task(sender: Any, started: bool) -> None:
+    """In a worker's pool process: count the chunk tasks running (idle time, cold start)."""
+    if not _worker or sender is None or sender.name not in CHUNK_TASKS:
+        return
+    from workers.registry import instance_id, task_finished, task_started
+
+    try:
+        (task_started if started else task_finished)(instance_id())
+    except Exception as exc:  # noqa: BLE001 - bookkeeping must never fail a chunk
+        log.warning("could not record the chunk task's %s: %s", started, type(exc).__name__)
+
+
+@task_prerun.connect
+def _chunk_task_started(sender: Any = None, **_: Any) -> None:
+    _count_chunk_task(sender, True)
+
+
+@task_postrun.connect
+def _chunk_task_finished(sender: Any = None, **_: Any) -> None:
+    _count_chunk_task(sender, False)

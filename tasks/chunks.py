@@ -6,6 +6,11 @@ that only the model stage occupies a device worker (measured in docs/benchmarks.
 tokens and raw outputs over through Redis. Every task is safe to run twice: results are
 upserted and finished chunks are skipped; a stage whose hand-off vanished (Redis emptied)
 redoes the earlier stages itself.
+
+Each stage claims its chunk (state `running`, this worker process), and hands it on as
+`queued` for the next stage, so the reconciler always knows who holds a chunk. A chunk
+whose stage fails is retried (`LANEWAY_CHUNK_RETRIES`), then split in halves in-process
+until the failing items stand alone: only they fail, each with a dead letter.
 """
 
 from __future__ import annotations
@@ -13,24 +18,44 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.utils.time import get_exponential_backoff_interval
+from sqlalchemy import update
 
-from db.models import Chunk, Job
+from db.models import FINISHED_CHUNK_STATES, OPEN_CHUNK_STATES, Chunk, Job
 from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import session_scope
+from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged
+from laneway.faults import model_stage_check
+from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
 from laneway.settings import get_settings
-from tasks.base import LanewayTask
+from tasks.base import TRANSIENT_ERRORS, LanewayTask
+from tasks.dispatch import send_chunks
+from tasks.lifecycle import (
+    attempt_limit,
+    cancel_key,
+    dead_letter_alert,
+    exhaust_chunk,
+    record_dead_letters,
+    settle,
+)
 from workers.devices import model_device
 from workers.model_host import get_pipeline
+from workers.registry import instance_id
 
 log = logging.getLogger(__name__)
-FINISHED = ("done", "failed", "cancelled")
 HANDOFF_TTL = 6 * 3600  # seconds a stage's output waits in Redis for the next stage
+STAGE_ORDER = {"run": 0, "prep": 0, "model": 1, "post": 2}
+# The stages that hold the lane's worker: each start counts as an attempt.
+COUNTED_STAGES = ("run", "model")
 
 
 @dataclass
@@ -40,83 +65,239 @@ class Work:
     tasks: list[str]
     labels: list[str]
     items: list[tuple[int, str, str]]
+    attempts: int
 
     @property
     def texts(self) -> list[str]:
         return [text for _, _, text in self.items]
 
 
-def _load(chunk_id: int, claim_by: str | None = None) -> Work | None:
-    """The chunk's work, or None when it is missing or finished. With claim_by, mark it
-    running on that worker (the stage that occupies the lane's worker claims it)."""
+def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
+    """Mark the chunk running on this worker process for `stage`, and read its work.
+
+    None when there is nothing to do: the chunk is gone, finished, past this stage (a
+    stale message), or its job is being cancelled. A chunk started too often (its workers
+    keep dying on it) is split instead of run again.
+    """
+    settings = get_settings()
+    work: Work | None = None
+    halves: list[tuple[Chunk, str]] = []
+    cancelled = False
     with session_scope() as session:
-        chunk = session.get(Chunk, chunk_id)
-        if chunk is None or chunk.state in FINISHED:
+        chunk = session.get(Chunk, chunk_id, with_for_update=True)
+        if chunk is None or chunk.state not in OPEN_CHUNK_STATES:
+            return None
+        if STAGE_ORDER[chunk.stage] > STAGE_ORDER[stage]:
             return None
         job = session.get(Job, chunk.job_id)
         assert job is not None
-        if claim_by is not None:
-            chunk.state = "running"
-            chunk.attempts += 1
-            chunk.worker = claim_by
+        counted = stage in COUNTED_STAGES
+        if job.status in ("cancelling", "cancelled"):
+            chunk.state, chunk.finished_at = "cancelled", utcnow()
+            cancelled = True
+        elif counted and chunk.attempts >= attempt_limit(settings):
+            halves = exhaust_chunk(
+                session,
+                chunk,
+                f"the chunk was started {chunk.attempts} times without finishing "
+                "(its worker died or hit the time limit each time)",
+            )
+        else:
+            chunk.state, chunk.stage = "running", stage
+            chunk.worker_instance = instance_id()
             chunk.started_at = utcnow()
+            if counted:
+                chunk.attempts += 1
+                chunk.worker = task.request.hostname
             mark_job_running(session, job.id)
-        items = [(i.idx, i.item_id, i.text) for i in chunk_items(session, chunk)]
-        return Work(chunk.id, job.id, list(job.tasks), list(job.labels), items)
+            items = [(i.idx, i.item_id, i.text) for i in chunk_items(session, chunk)]
+            work = Work(chunk.id, job.id, list(job.tasks), list(job.labels), items, chunk.attempts)
+        job_id = job.id
+    if halves:
+        send_chunks(halves)
+    if cancelled or (not halves and work is None):
+        settle(job_id)
+    return work
 
 
-def _record(chunk_id: int, **fields: Any) -> None:
+def _hand_on(work: Work, next_stage: str, **fields: Any) -> None:
+    """This stage is done: the chunk waits, queued, for `next_stage` on another worker."""
     with session_scope() as session:
-        chunk = session.get(Chunk, chunk_id)
-        if chunk is not None:
-            for name, value in fields.items():
-                setattr(chunk, name, value)
+        session.execute(
+            update(Chunk)
+            .where(
+                Chunk.id == work.chunk_id,
+                Chunk.state == "running",
+                Chunk.worker_instance == instance_id(),
+            )
+            .values(
+                state="queued",
+                stage=next_stage,
+                worker_instance=None,
+                queued_at=utcnow(),
+                **fields,
+            )
+        )
 
 
-def _finish(work: Work, outputs: list[Any], error: str | None, **seconds: float) -> dict:
-    """Upsert the chunk's results and mark it done (or failed) with its stage seconds."""
+def _finish(
+    work: Work,
+    outputs: Sequence[dict[str, Any] | None],
+    failures: Sequence[Failure | None] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """Upsert the chunk's results, dead-letter its failed items, mark it done (or failed
+    when every item failed), then finalize the job if this was its last open chunk."""
+    failures = failures or [None] * len(work.items)
     rows = [
         {
             "idx": idx,
             "item_id": item_id,
-            "label": out.get("label") if out else None,
-            "output": out,
-            "error": error,
+            "label": out.get("label") if out and not failure else None,
+            "output": out if not failure else None,
+            "error": failure.error if failure else None,
         }
-        for (idx, item_id, _), out in zip(work.items, outputs, strict=True)
+        for (idx, item_id, _), out, failure in zip(work.items, outputs, failures, strict=True)
+    ]
+    failed = [
+        (idx, item_id, f) for (idx, item_id, _), f in zip(work.items, failures, strict=True) if f
     ]
     with session_scope() as session:
         # Locked, then checked: a second copy of this chunk (a redelivery while the first
         # still ran) must not overwrite the results of a copy that already finished.
         chunk = session.get(Chunk, work.chunk_id, with_for_update=True)
-        if chunk is None or chunk.state in FINISHED:
+        if chunk is None or chunk.state in FINISHED_CHUNK_STATES:
             return {"chunk": work.chunk_id, "skipped": True}
         upsert_results(session, work.job_id, rows)
-        chunk.state = "failed" if error else "done"
+        chunk.state = "failed" if failed and len(failed) == len(rows) else "done"
+        chunk.last_error = failed[0][2].error[:2000] if failed else None
         chunk.finished_at = utcnow()
-        for name, value in seconds.items():
+        for name, value in fields.items():
             setattr(chunk, name, value)
-    return {"chunk": work.chunk_id, "items": len(rows), "failed": len(rows) if error else 0}
+        letters = record_dead_letters(session, chunk, failed, len(rows), work.attempts)
+    if letters:
+        dead_letter_alert(work.job_id, letters, failed[0][2].error)
+    settle(work.job_id)
+    return {"chunk": work.chunk_id, "items": len(rows), "failed": len(failed)}
 
 
-def _failed(work: Work, exc: Exception, **seconds: float) -> dict:
-    # The model failed on this chunk: its items fail with the error, the job goes on.
-    log.exception("chunk %s failed", work.chunk_id)
-    return _finish(work, [None] * len(work.items), f"{type(exc).__name__}: {exc}", **seconds)
+def _cancelled(work: Work) -> dict[str, Any]:
+    with session_scope() as session:
+        session.execute(
+            update(Chunk)
+            .where(Chunk.id == work.chunk_id, Chunk.state.in_(OPEN_CHUNK_STATES))
+            .values(state="cancelled", finished_at=utcnow())
+        )
+    settle(work.job_id)
+    return {"chunk": work.chunk_id, "cancelled": True}
+
+
+class CancelWatch:
+    """Asked before each micro-batch: has the job been cancelled? The Redis flag answers
+    at once; the database, the truth should Redis have been emptied, every few seconds."""
+
+    def __init__(self, job_id: uuid.UUID, db_every: float = 2.0) -> None:
+        self.job_id = job_id
+        self.db_every = db_every
+        self.key = cancel_key(job_id)
+        self.redis = redis_client(get_settings())
+        self.next_db = time.monotonic() + db_every
+
+    def __call__(self) -> bool:
+        try:
+            if self.redis.exists(self.key):
+                return True
+        except redis.RedisError:
+            pass
+        if time.monotonic() < self.next_db:
+            return False
+        self.next_db = time.monotonic() + self.db_every
+        with session_scope() as session:
+            job = session.get(Job, self.job_id)
+            return job is None or job.status in ("cancelling", "cancelled")
+
+
+# Failures that are nobody's item: they propagate instead of being pinned on one.
+NOT_THE_ITEMS_FAULT = (Interrupted, SoftTimeLimitExceeded, *TRANSIENT_ERRORS)
+
+
+def _on_failure(
+    task: Any,
+    work: Work,
+    exc: Exception,
+    run: Callable[[Sequence[str]], list[dict[str, Any]]],
+    started: float,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A stage raised. Cancellation stops the chunk; transient errors retry the task; a
+    soft time limit fails the chunk whole; anything else retries, then isolates the items
+    that fail by running halves of the chunk (all three stages) until they stand alone."""
+    if isinstance(exc, Interrupted):
+        return _cancelled(work)
+    if isinstance(exc, TRANSIENT_ERRORS):
+        raise exc  # autoretry_for: backoff with jitter
+    if isinstance(exc, SoftTimeLimitExceeded):
+        failure = Failure("the chunk exceeded its time limit (LANEWAY_CHUNK_TIMEOUT)", "")
+        return _finish(work, [None] * len(work.items), [failure] * len(work.items), **fields)
+    settings = get_settings()
+    retries = task.request.retries
+    if retries < settings.chunk_retries:
+        log.warning("chunk %s failed (%s); retry %s", work.chunk_id, exc, retries + 1)
+        with session_scope() as session:
+            session.execute(
+                update(Chunk)
+                .where(Chunk.id == work.chunk_id, Chunk.state == "running")
+                .values(state="queued", worker_instance=None, queued_at=utcnow())
+            )
+        countdown = get_exponential_backoff_interval(1, retries, 60, True)
+        raise task.retry(exc=exc, countdown=countdown)
+    log.warning(
+        "chunk %s failed after %s retries; isolating its failing items", work.chunk_id, retries
+    )
+    try:
+        with interruptible(CancelWatch(work.job_id)):
+            found = isolate(work.texts, run, known_failure=exc, fatal=NOT_THE_ITEMS_FAULT)
+    except Interrupted:
+        return _cancelled(work)
+    except SoftTimeLimitExceeded as late:
+        return _on_failure(task, work, late, run, started, **fields)
+    log.warning(
+        "chunk %s: %s of %s items fail (%s runs)",
+        work.chunk_id,
+        len(found.failed),
+        len(work.items),
+        found.runs,
+    )
+    fields["model_seconds"] = time.perf_counter() - started
+    return _finish(work, found.outputs, found.failures, **fields)
+
+
+def _runner(work: Work) -> Callable[[Sequence[str]], list[dict[str, Any]]]:
+    """All three stages over some of the chunk's texts, with the faults a test injects."""
+    pipeline, check = get_pipeline(), model_stage_check(get_settings())
+
+    def run(texts: Sequence[str]) -> list[dict[str, Any]]:
+        return pipeline.run(texts, work.tasks, work.labels, before_model=check)[0]
+
+    return run
 
 
 @shared_task(name="laneway.run_chunk", bind=True, base=LanewayTask)
 def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     """All three stages in one task (the cpu lane)."""
-    work = _load(chunk_id, claim_by=self.request.hostname)
+    work = _claim(self, chunk_id, "run")
     if work is None:
         return {"chunk": chunk_id, "skipped": True}
-    device = model_device(get_settings())
+    settings = get_settings()
+    device = model_device(settings)
     started = time.perf_counter()
     try:
-        outputs, times = get_pipeline().run(work.texts, work.tasks, work.labels)
+        with interruptible(CancelWatch(work.job_id)):
+            outputs, times = get_pipeline().run(
+                work.texts, work.tasks, work.labels, before_model=model_stage_check(settings)
+            )
     except Exception as exc:
-        return _failed(work, exc, device=device, model_seconds=time.perf_counter() - started)
+        return _on_failure(self, work, exc, _runner(work), started, device=device)
     return _finish(
         work,
         outputs,
@@ -132,67 +313,76 @@ def _key(chunk_id: int, part: str) -> str:
     return f"laneway:chunk:{chunk_id}:{part}"
 
 
-@shared_task(name="laneway.prep_chunk", base=LanewayTask)
-def prep_chunk(chunk_id: int) -> dict[str, Any]:
+@shared_task(name="laneway.prep_chunk", bind=True, base=LanewayTask)
+def prep_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 1 on a cpu worker: clean and tokenize, hand the tokens over."""
-    work = _load(chunk_id)
+    work = _claim(self, chunk_id, "prep")
     if work is None:
         return {"chunk": chunk_id, "skipped": True}
     started = time.perf_counter()
-    staged = get_pipeline().pre(work.texts, work.tasks)
+    try:
+        staged = get_pipeline().pre(work.texts, work.tasks)
+    except Exception as exc:
+        return _on_failure(self, work, exc, _runner(work), started)
     blob = staged.to_bytes("prepared")
     redis_client(get_settings()).set(_key(chunk_id, "prepared"), blob, ex=HANDOFF_TTL)
-    _record(chunk_id, pre_seconds=time.perf_counter() - started)
+    _hand_on(work, "model", pre_seconds=time.perf_counter() - started)
     return {"chunk": chunk_id, "prepared_bytes": len(blob)}
 
 
 @shared_task(name="laneway.model_chunk", bind=True, base=LanewayTask)
 def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 2 on a gpu worker: only the model stage runs here."""
-    work = _load(chunk_id, claim_by=self.request.hostname)
+    work = _claim(self, chunk_id, "model")
     if work is None:
         return {"chunk": chunk_id, "skipped": True}
     settings = get_settings()
     pipeline, r = get_pipeline(), redis_client(settings)
     device = model_device(settings)
-    blob = r.get(_key(chunk_id, "prepared"))
-    if blob is None:  # the hand-off was lost (Redis emptied): tokenize here instead
-        staged = pipeline.pre(work.texts, work.tasks)
-    else:
-        staged = Staged(work.tasks)
-        staged.load("prepared", blob)
     started = time.perf_counter()
     try:
-        pipeline.model(staged, work.labels)
+        blob = r.get(_key(chunk_id, "prepared"))
+        if blob is None:  # the hand-off was lost (Redis emptied): tokenize here instead
+            staged = pipeline.pre(work.texts, work.tasks)
+        else:
+            staged = Staged(work.tasks)
+            staged.load("prepared", blob)
+        check = model_stage_check(settings)
+        started = time.perf_counter()
+        with interruptible(CancelWatch(work.job_id)):
+            if check is not None:
+                check(work.texts)
+            pipeline.model(staged, work.labels)
     except Exception as exc:
-        return _failed(work, exc, device=device, model_seconds=time.perf_counter() - started)
+        return _on_failure(self, work, exc, _runner(work), started, device=device)
     model_seconds = time.perf_counter() - started
     r.set(_key(chunk_id, "raw"), staged.to_bytes("raw"), ex=HANDOFF_TTL)
-    _record(chunk_id, device=device, model_seconds=model_seconds)
+    _hand_on(work, "post", device=device, model_seconds=model_seconds)
     return {"chunk": chunk_id, "model_seconds": model_seconds}
 
 
-@shared_task(name="laneway.post_chunk", base=LanewayTask)
-def post_chunk(chunk_id: int) -> dict[str, Any]:
+@shared_task(name="laneway.post_chunk", bind=True, base=LanewayTask)
+def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 3 on a cpu worker: scores, entities, formatting, results."""
-    work = _load(chunk_id)
+    work = _claim(self, chunk_id, "post")
     if work is None:
         return {"chunk": chunk_id, "skipped": True}
     pipeline, r = get_pipeline(), redis_client(get_settings())
-    prepared, raw = r.get(_key(chunk_id, "prepared")), r.get(_key(chunk_id, "raw"))
     started = time.perf_counter()
-    if prepared is None or raw is None:
-        # A hand-off was lost: compute the chunk here rather than lose it.
-        log.warning("chunk %s: stage hand-off missing, running every stage here", chunk_id)
-        try:
-            outputs, _ = pipeline.run(work.texts, work.tasks, work.labels)
-        except Exception as exc:
-            return _failed(work, exc)
-    else:
-        staged = Staged(work.tasks)
-        staged.load("prepared", prepared)
-        staged.load("raw", raw)
-        outputs = pipeline.post(staged, work.texts, work.labels)
+    try:
+        prepared, raw = r.get(_key(chunk_id, "prepared")), r.get(_key(chunk_id, "raw"))
+        if prepared is None or raw is None:
+            # A hand-off was lost: compute the chunk here rather than lose it.
+            log.warning("chunk %s: stage hand-off missing, running every stage here", chunk_id)
+            with interruptible(CancelWatch(work.job_id)):
+                outputs = _runner(work)(work.texts)
+        else:
+            staged = Staged(work.tasks)
+            staged.load("prepared", prepared)
+            staged.load("raw", raw)
+            outputs = pipeline.post(staged, work.texts, work.labels)
+    except Exception as exc:
+        return _on_failure(self, work, exc, _runner(work), started)
     result = _finish(work, outputs, None, post_seconds=time.perf_counter() - started)
     r.delete(_key(chunk_id, "prepared"), _key(chunk_id, "raw"))
     return result

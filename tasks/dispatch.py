@@ -1,36 +1,72 @@
-"""Send a job's work: a chord of chunk tasks on the lane's queue, then the aggregate callback."""
+"""Send a job's work: a chord of chunk tasks on the lane's queue, then the aggregate callback.
+
+Tasks are named, not imported: a web process sends chunks without importing torch.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from celery import chain, chord
+from celery import chain, chord, signature
 
-from db.models import Chunk
-from laneway.settings import get_settings
-from tasks.aggregate import aggregate_job
+from laneway.settings import Settings, get_settings
 from tasks.backend import fire_and_forget
 from tasks.base import chunk_time_limits
-from tasks.chunks import model_chunk, post_chunk, prep_chunk, run_chunk
+
+GPU_STAGES = ("prep", "model", "post")
+STAGE_QUEUE = {"run": "cpu", "prep": "cpu", "model": "gpu", "post": "cpu"}
 
 
-def chunk_signature(chunk: Chunk, lane: str, chunk_timeout: int):  # noqa: ANN201
+def stage_task_id(chunk_task_id: str, stage: str) -> str:
+    """The broker task id of one stage of a chunk. The stage that holds the lane's worker
+    (`run`, `model`) carries the chunk's own task id; the others add a suffix, so the
+    reconciler can tell every message of a chunk apart from other chunks'."""
+    return chunk_task_id if stage in ("run", "model") else f"{chunk_task_id}-{stage}"
+
+
+def chunk_task_ids(chunk_task_id: str, lane: str) -> list[str]:
+    stages = ("run",) if lane == "cpu" else GPU_STAGES
+    return [stage_task_id(chunk_task_id, s) for s in stages]
+
+
+def chunk_signature(chunk: Any, lane: str, settings: Settings | None = None):  # noqa: ANN201
     """The cpu lane runs a chunk in one task; the gpu lane keeps only the model stage on
-    the gpu queue, with pre- and post-processing on cpu workers around it. Each task gets
-    the chunk's soft and hard time limits."""
-    limits = chunk_time_limits(chunk_timeout)
+    the gpu queue, with pre- and post-processing on cpu workers around it, starting from
+    the chunk's current stage. Each task gets its lane's soft and hard time limits."""
+    settings = settings or get_settings()
+    limits = chunk_time_limits(settings.chunk_timeout_for(lane))
     if lane == "cpu":
-        return run_chunk.si(chunk.id).set(queue="cpu", task_id=chunk.task_id, **limits)
-    return chain(
-        prep_chunk.si(chunk.id).set(queue="cpu", **limits),
-        model_chunk.si(chunk.id).set(queue="gpu", task_id=chunk.task_id, **limits),
-        post_chunk.si(chunk.id).set(queue="cpu", **limits),
-    )
+        stages: Sequence[str] = ("run",)
+    else:
+        current = chunk.stage if chunk.stage in GPU_STAGES else "prep"
+        stages = GPU_STAGES[GPU_STAGES.index(current) :]
+    sigs = [
+        signature(
+            f"laneway.{stage}_chunk",
+            args=(chunk.id,),
+            immutable=True,
+            queue=STAGE_QUEUE[stage],
+            task_id=stage_task_id(chunk.task_id, stage),
+            **limits,
+        )
+        for stage in stages
+    ]
+    return sigs[0] if len(sigs) == 1 else chain(*sigs)
 
 
-def dispatch_job(job_id: str, lane: str, chunks: Sequence[Chunk]) -> None:
+def dispatch_job(job_id: str, lane: str, chunks: Sequence[Any]) -> None:
     """Call only after the job's rows have committed: workers read them at once."""
-    timeout = get_settings().chunk_timeout
-    header = [chunk_signature(c, lane, timeout) for c in chunks]
+    settings = get_settings()
+    header = [chunk_signature(c, lane, settings) for c in chunks]
+    callback = signature("laneway.aggregate_job", args=(job_id,), immutable=True)
     with fire_and_forget():  # nobody here waits on the result backend: Postgres is the truth
-        chord(header)(aggregate_job.si(job_id).set(queue="cpu"))
+        chord(header)(callback)
+
+
+def send_chunks(chunks: Sequence[tuple[Any, str]]) -> None:
+    """Send chunks on their own (no chord): the reconciler's re-sends and split halves."""
+    settings = get_settings()
+    with fire_and_forget():
+        for chunk, lane in chunks:
+            chunk_signature(chunk, lane, settings).apply_async()

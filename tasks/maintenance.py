@@ -1,103 +1,187 @@
-"""Periodic maintenance scheduled by beat."""
+"""The reconciler, run by beat every LANEWAY_RECONCILE_INTERVAL seconds.
+
+Postgres says what should be happening; the broker and the worker heartbeats say what is.
+Where they disagree, Postgres wins: a chunk whose message was lost is sent again, a chunk
+whose worker died goes back to its lane, a job whose chord callback never ran is finalized,
+held jobs go out when their lane has room. Safe beside live workers and a second beat:
+chunk rows are taken with FOR UPDATE SKIP LOCKED, finalization is a conditional update.
+"""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
-from sqlalchemy import exists, select
+from sqlalchemy import and_, exists, or_, select, update
 
-from db.models import FINAL_JOB_STATUSES, Chunk, Job, Result
-from db.queries import chunk_items, finalize_job, upsert_results, utcnow
+from db.models import Chunk, Job, Worker
+from db.queries import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
 from db.session import session_scope
-from laneway.settings import get_settings
-from tasks.backend import fire_and_forget
-from tasks.base import LanewayTask, visibility_timeout
+from laneway.redis_conn import redis_client
+from laneway.settings import LANES, Settings, get_settings
+from tasks.alerts import raise_alert
+from tasks.app import QUEUES
+from tasks.base import LanewayTask
+from tasks.broker import lane_depth, snapshot
+from tasks.dispatch import chunk_task_ids, send_chunks
+from tasks.inbox import resend_lost_outbox
+from tasks.lifecycle import attempt_limit, exhaust_chunk, release_held_jobs, settle
 
-# A chunk that has been given this many workers without finishing fails its open items
-# instead of going round again (a poison chunk must not loop forever).
-MAX_CHUNK_ATTEMPTS = 3
+log = logging.getLogger(__name__)
+# Seconds past a chunk's hard time limit before it can no longer be running.
+LIMIT_GRACE = 30
 
 
-def redispatch_stalled_chunks() -> dict[str, list[int]]:
-    """Send again the chunks that claim to be running but cannot still be.
+def live_workers(settings: Settings) -> set[str]:
+    """Worker instances that beat within `worker_dead_after` seconds and did not stop."""
+    since = utcnow() - timedelta(seconds=settings.worker_dead_after)
+    with session_scope(settings) as session:
+        return set(
+            session.scalars(
+                select(Worker.id).where(Worker.stopped_at.is_(None), Worker.last_seen_at >= since)
+            )
+        )
 
-    A chunk running longer than the broker's visibility timeout outlived its hard time
-    limit and any redelivery: its worker died, or its task failed outside the model stage.
-    It gets a new task id and goes back to its lane; after MAX_CHUNK_ATTEMPTS its items
-    without a result fail instead. Rows are locked with SKIP LOCKED, so a second beat
-    never handles the same chunk.
+
+def mark_dead_workers(settings: Settings) -> list[str]:
+    """Record the end of workers that stopped beating without a warm shutdown."""
+    since = utcnow() - timedelta(seconds=settings.worker_dead_after)
+    with session_scope(settings) as session:
+        dead = list(
+            session.scalars(
+                select(Worker.id)
+                .where(Worker.stopped_at.is_(None), Worker.last_seen_at < since)
+                .with_for_update(skip_locked=True)
+            )
+        )
+        if dead:
+            session.execute(
+                update(Worker)
+                .where(Worker.id.in_(dead))
+                .values(stopped_at=Worker.last_seen_at, stop_reason="heartbeat lost")
+            )
+    return dead
+
+
+def recover_chunks(settings: Settings | None = None) -> dict[str, list[int]]:
+    """Send again the chunks that are not where Postgres says they are.
+
+    - `queued` for longer than `redispatch_after` with no message in the broker (waiting,
+      or delivered recently enough to be held by a live worker): the message was lost.
+    - `running` on a worker instance that stopped beating: the worker died with it.
+    - `running` on a live worker past its hard time limit with no message left: its task
+      ended without recording an outcome.
+    A chunk that has been started too often is split (tasks.lifecycle.exhaust_chunk); a
+    chunk of a job being cancelled is cancelled instead.
     """
-    from tasks.dispatch import chunk_signature
-
-    settings = get_settings()
-    deadline = utcnow() - timedelta(seconds=visibility_timeout(settings.chunk_timeout))
-    resend: list[tuple[Chunk, str]] = []
-    failed: list[int] = []
-    with session_scope() as session:
-        stalled = session.scalars(
-            select(Chunk)
-            .where(Chunk.state == "running", Chunk.started_at < deadline)
-            .with_for_update(skip_locked=True)
+    settings = settings or get_settings()
+    now = utcnow()
+    alive = live_workers(settings)
+    outcome: dict[str, list[int]] = {"redispatched": [], "split": [], "cancelled": []}
+    to_send: list[tuple[Chunk, str]] = []
+    settle_jobs: set[uuid.UUID] = set()
+    queued_before = now - timedelta(seconds=settings.redispatch_after)
+    with session_scope(settings) as session:
+        candidates = session.execute(
+            select(Chunk, Job.lane, Job.status)
+            .join(Job, Job.id == Chunk.job_id)
+            .where(
+                Job.status.in_(("queued", "running", "cancelling")),
+                or_(
+                    and_(Chunk.state == "queued", Chunk.queued_at < queued_before),
+                    Chunk.state == "running",
+                ),
+            )
+            .order_by(Chunk.id)
+            .with_for_update(of=Chunk, skip_locked=True)
         ).all()
-        for chunk in stalled:
-            job = session.get(Job, chunk.job_id)
-            if job is None or job.status in FINAL_JOB_STATUSES:
+        if not candidates:
+            return outcome
+        # Read after the rows are locked: a worker claiming one of them now waits for us.
+        broker = snapshot(redis_client(settings), QUEUES)
+        for chunk, lane, status in candidates:
+            ids = chunk_task_ids(chunk.task_id, lane)
+            limit = settings.chunk_timeout_for(lane) + LIMIT_GRACE
+            held_since = now.timestamp() - limit
+            if chunk.state == "queued":
+                if any(broker.holds(i, delivered_after=held_since) for i in ids):
+                    continue
+                reason = "its broker message was lost"
+            elif chunk.worker_instance in alive:
+                if aware(chunk.started_at) > now - timedelta(seconds=limit):
+                    continue
+                if any(broker.holds(i) for i in ids):
+                    continue
+                reason = "it outlived its time limit"
+            else:
+                reason = "its worker stopped beating"
+            if status == "cancelling":
+                chunk.state, chunk.finished_at = "cancelled", now
+                outcome["cancelled"].append(chunk.id)
+                settle_jobs.add(chunk.job_id)
                 continue
-            if chunk.attempts >= MAX_CHUNK_ATTEMPTS:
-                done = set(session.scalars(select(Result.idx).where(Result.job_id == job.id)).all())
-                error = f"chunk gave up after {chunk.attempts} attempts without finishing"
-                upsert_results(
-                    session,
-                    job.id,
-                    [
-                        {
-                            "idx": i,
-                            "item_id": item_id,
-                            "label": None,
-                            "output": None,
-                            "error": error,
-                        }
-                        for i, item_id, _ in chunk_items(session, chunk)
-                        if i not in done
-                    ],
-                )
-                chunk.state, chunk.finished_at = "failed", utcnow()
-                failed.append(chunk.id)
+            log.warning("chunk %s (%s, %s): %s", chunk.id, chunk.state, chunk.stage, reason)
+            if chunk.state == "running" and chunk.attempts >= attempt_limit(settings):
+                halves = exhaust_chunk(session, chunk, f"{reason}, {chunk.attempts} times")
+                to_send.extend(halves)
+                outcome["split"].append(chunk.id)
+                settle_jobs.add(chunk.job_id)
+                record_event(session, chunk.job_id, "chunk_split", {"chunk": chunk.id})
                 continue
-            chunk.state, chunk.worker, chunk.started_at = "queued", None, None
-            chunk.task_id = str(uuid.uuid4())
-            resend.append((chunk, job.lane))
-    # Sent after the commit, as every dispatch is.
-    with fire_and_forget():
-        for chunk, lane in resend:
-            chunk_signature(chunk, lane, settings.chunk_timeout).apply_async()
-    return {"redispatched": [c.id for c, _ in resend], "failed": failed}
+            record_event(
+                session, chunk.job_id, "chunk_redispatched", {"chunk": chunk.id, "reason": reason}
+            )
+            chunk.state, chunk.worker_instance, chunk.started_at = "queued", None, None
+            chunk.task_id, chunk.queued_at, chunk.last_error = str(uuid.uuid4()), now, reason
+            to_send.append((chunk, lane))
+            outcome["redispatched"].append(chunk.id)
+    send_chunks(to_send)  # after the commit, as every dispatch is
+    for job_id in settle_jobs:
+        settle(job_id, settings)
+    return outcome
 
 
-def finalize_orphaned_jobs() -> list[str]:
-    """Finalize jobs whose chunks have all ended but whose chord callback never ran.
-
-    Safe beside live workers and a second beat: finalization is a conditional update, so a
-    job is finalized once whoever gets there first.
-    """
-    open_chunk = exists().where(Chunk.job_id == Job.id, Chunk.state.in_(("queued", "running")))
-    with session_scope() as session:
+def finalize_orphaned_jobs(settings: Settings | None = None) -> list[str]:
+    """Finalize jobs whose chunks have all ended but which nobody finalized (their chord
+    callback was lost with Redis, or their last chunk was a re-sent one)."""
+    settings = settings or get_settings()
+    unsettled = exists().where(Chunk.job_id == Job.id, Chunk.state.in_(UNSETTLED_CHUNK_STATES))
+    with session_scope(settings) as session:
         ids = session.scalars(
-            select(Job.id).where(Job.status.not_in(FINAL_JOB_STATUSES), ~open_chunk)
+            select(Job.id).where(Job.status.in_(("queued", "running", "cancelling")), ~unsettled)
         ).all()
-    finalized = []
-    settings = get_settings()
-    for job_id in ids:
-        with session_scope() as session:
-            if finalize_job(session, job_id, settings.cpu_price, settings.gpu_price):
-                finalized.append(str(job_id))
-    return finalized
+    return [str(job_id) for job_id in ids if settle(job_id, settings)]
+
+
+def depth_alerts(settings: Settings | None = None) -> dict[str, int]:
+    """Each lane's depth; alert for those above LANEWAY_ALERT_DEPTH."""
+    settings = settings or get_settings()
+    r = redis_client(settings)
+    depths = {lane: lane_depth(r, lane)["depth"] for lane in LANES}
+    for lane, depth in depths.items():
+        if depth > settings.alert_depth:
+            raise_alert(
+                f"depth:{lane}",
+                f"Laneway: the {lane} lane holds {depth} tasks (queued + reserved + running), "
+                f"above the alert threshold of {settings.alert_depth}",
+                settings,
+            )
+    return depths
 
 
 @shared_task(name="laneway.reconcile", base=LanewayTask)
 def reconcile() -> dict[str, Any]:
-    chunks = redispatch_stalled_chunks()
-    return {**chunks, "finalized": finalize_orphaned_jobs()}
+    settings = get_settings()
+    dead = mark_dead_workers(settings)
+    chunks = recover_chunks(settings)
+    return {
+        **chunks,
+        "dead_workers": dead,
+        "finalized": finalize_orphaned_jobs(settings),
+        "released": release_held_jobs(settings),
+        "depth": depth_alerts(settings),
+        "outbox": resend_lost_outbox(),
+    }

@@ -75,6 +75,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "db_name" not in _state:
         return
+    from tests.e2e.procs import stop_started_since
+
+    stop_started_since(0)  # no worker may outlive the database and Redis db it was given
     redis.Redis.from_url(str(_state["redis_url"])).flushdb()
     redis.Redis.from_url(f"{REDIS_HOST}/0").delete(f"laneway:test-db:{_state['index']}")
     drop_database(str(_state["db_name"]))
@@ -118,9 +121,11 @@ def account_factory(settings, migrated):
     from db.queries import create_account
     from db.session import session_scope
 
-    def make(type_: str = "standard"):
+    def make(type_: str = "standard", is_admin: bool = False):
         with session_scope(settings) as session:
-            account, key = create_account(session, f"acct-{uuid.uuid4().hex[:8]}", type_)
+            account, key = create_account(
+                session, f"acct-{uuid.uuid4().hex[:8]}", type_, is_admin=is_admin
+            )
             session.expunge(account)
         return account, key
 

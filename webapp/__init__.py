@@ -1,36 +1,32 @@
-"""The Flask application factory: JSON API, ops endpoints."""
+"""The Flask application factory: JSON API, admin API, web pages, ops endpoints."""
 
 from __future__ import annotations
 
-from flask import Flask, jsonify, request
-from werkzeug.exceptions import HTTPException
+from flask import Flask
 
+from laneway.logsafe import install_redaction
 from laneway.settings import Settings, get_settings
 
 
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or get_settings()
-    app = Flask(__name__)
+    install_redaction()
+    # No static files yet: the pages use none (and the CSP allows only this origin).
+    app = Flask(__name__, static_folder=None)
     app.config["LANEWAY_SETTINGS"] = settings
+    # The ceiling for every request; identify() lowers it to the caller's account type.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_upload_bytes
     app.json.sort_keys = False
 
+    from webapp.admin import admin
     from webapp.api import api
+    from webapp.errors import register_error_handlers
     from webapp.ops import ops
+    from webapp.pages import pages
+    from webapp.security import init_security
 
-    app.register_blueprint(api)
-    app.register_blueprint(ops)
-
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException):  # noqa: ANN202
-        # Every error is JSON with a message naming the problem; never an HTML page.
-        body = {"error": exc.name.lower().replace(" ", "_"), "message": exc.description}
-        response = jsonify(body)
-        response.status_code = exc.code or 500
-        if exc.code == 401:
-            response.headers["WWW-Authenticate"] = "Bearer"
-        if exc.code == 405 and request.url_rule is None:
-            response.headers["Allow"] = ", ".join(exc.valid_methods or [])  # type: ignore[attr-defined]
-        return response
-
+    for blueprint in (api, admin, ops, pages):
+        app.register_blueprint(blueprint)
+    app.extensions["laneway_limiter"] = init_security(app, settings)
+    register_error_handlers(app)
     return app

@@ -2,60 +2,84 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from flask import Blueprint, Response, abort, current_app, g, jsonify, request, url_for
+from flask import Blueprint, Response, abort, g, jsonify, request, url_for
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db.models import FINAL_JOB_STATUSES, Job
-from db.queries import aware, items_done, iter_results, job_cost
+from db.models import DeadLetter, Job
+from db.queries import iter_results, list_keys, own_job
 from db.session import session_factory
-from laneway.inputs import InputError, Limits, parse_file, parse_json_items, parse_labels
+from laneway.inputs import (
+    InputError,
+    ItemStream,
+    Limits,
+    check_fields,
+    file_items,
+    json_items,
+    parse_json_body,
+    parse_labels,
+)
 from laneway.jobs import parse_tasks, submit_job
+from laneway.results import csv_blocks, iso, job_view, jsonl_lines
 from laneway.settings import Settings
-from webapp.auth import require_account
+from tasks.lifecycle import JobStateError, LaneFull, cancel_job, retry_dead_letters
+from webapp.admin import account_view
+from webapp.auth import app_settings, check_account, require_account
+from webapp.errors import error_response
 
 api = Blueprint("api", __name__, url_prefix="/v1")
+# Every endpoint here needs an account; a view cannot forget it.
+api.before_request(check_account)
+
+SUBMISSION_FIELDS = ("items", "tasks", "task", "labels")
+UPLOAD_FIELDS = ("file", "tasks", "task", "labels")
 
 
 def _settings() -> Settings:
-    return current_app.config["LANEWAY_SETTINGS"]
+    return app_settings()
 
 
 def _bad_request(message: str) -> Response:
-    response = jsonify(error="invalid_input", message=message)
-    response.status_code = 400
-    return response
+    return error_response(400, "invalid_input", message)
 
 
-def _parse_submission(
-    settings: Settings,
-) -> tuple[list[str], list[str] | None, list[tuple[str, str]]]:
-    limits = Limits(settings.max_items, settings.max_text_chars)
+def _parse_submission(settings: Settings) -> tuple[list[str], list[str] | None, ItemStream]:
+    """The job's tasks, labels and items; a file's items are read later, as they are
+    stored (Werkzeug has spooled a large upload to disk)."""
+    account_type = g.account.type
+    limits = Limits(
+        settings.limits_for(account_type).max_items,
+        settings.max_text_chars,
+        f"LANEWAY_MAX_ITEMS_{account_type.upper()}",
+    )
     if request.mimetype == "multipart/form-data":
+        check_fields([*request.form, *request.files], UPLOAD_FIELDS)
         upload = request.files.get("file")
         if upload is None or not upload.filename:
-            raise InputError("the multipart upload needs a 'file' field with a .csv or .jsonl file")
+            raise InputError(
+                "the multipart upload needs a 'file' field with a .csv or .jsonl file "
+                "(optionally .gz)"
+            )
         tasks = parse_tasks(request.form.get("tasks"), request.form.get("task"))
         labels_raw: Any = request.form.get("labels")
-        items = parse_file(upload.filename, upload.stream, limits)
+        items = file_items(upload.filename, upload.stream, limits)
     else:
-        try:
-            body = request.get_json(silent=True)
-        except RecursionError:
-            body = None
-        if not isinstance(body, dict):
-            raise InputError("send a JSON object body (Content-Type: application/json) or a file")
+        if not request.is_json:
+            abort(
+                415,
+                description="send a JSON object (Content-Type: application/json) or a "
+                "multipart/form-data upload with a 'file' field",
+            )
+        body = parse_json_body(request.get_data(), SUBMISSION_FIELDS)
         tasks = parse_tasks(body.get("tasks"), body.get("task"))
         labels_raw = body.get("labels")
         if "items" not in body:
             raise InputError("'items' is required")
-        items = parse_json_items(body["items"], limits)
+        items = json_items(body["items"], limits)
     labels = parse_labels(labels_raw, default=None) if "classify" in tasks else None
     return tasks, labels, items
 
@@ -72,6 +96,10 @@ def create_job():  # noqa: ANN201
         )
     except InputError as exc:
         return _bad_request(str(exc))
+    except LaneFull as exc:
+        response = error_response(503, "lane_full", str(exc))
+        response.headers["Retry-After"] = str(exc.retry_after)
+        return response
     body = {"id": str(job.id), "status": job.status, "lane": job.lane, "links": _links(job.id)}
     return jsonify(body), 202, {"Location": url_for("api.get_job", job_id=job.id)}
 
@@ -81,6 +109,8 @@ def _links(job_id: uuid.UUID) -> dict[str, str]:
         "self": url_for("api.get_job", job_id=job_id),
         "results": url_for("api.job_results", job_id=job_id),
         "results_csv": url_for("api.job_results", job_id=job_id, format="csv"),
+        "dead_letters": url_for("api.job_dead_letters", job_id=job_id),
+        "retry": url_for("api.retry_job", job_id=job_id),
     }
 
 
@@ -90,105 +120,98 @@ def _own_job(session: Session, job_id: str) -> Job:
         key = uuid.UUID(job_id)
     except ValueError:
         abort(404, description=f"no job {job_id!r}")
-    job = session.get(Job, key)
-    if job is None or job.account_id != g.account.id:
+    job = own_job(session, g.account.id, key)
+    if job is None:
         abort(404, description=f"no job {job_id!r}")
     return job
 
 
-def _seconds(a, b) -> float | None:  # noqa: ANN001
-    if a is None or b is None:
-        return None
-    return round((aware(b) - aware(a)).total_seconds(), 3)
-
-
-def _iso(moment) -> str | None:  # noqa: ANN001
-    return aware(moment).isoformat() if moment is not None else None
-
-
-def job_view(session: Session, job: Job, settings: Settings) -> dict[str, Any]:
-    final = job.status in FINAL_JOB_STATUSES
-    done = job.succeeded_items + job.failed_items if final else items_done(session, job.id)
-    total = job.total_items
-    return {
-        "id": str(job.id),
-        "status": job.status,
-        "lane": job.lane,
-        "tasks": job.tasks,
-        "labels": job.labels,
-        "source": job.source,
-        "progress": {
-            "done": done,
-            "total": total,
-            "percent": round(100.0 * done / total, 1) if total else 100.0,
-        },
-        "counts": {"succeeded": job.succeeded_items, "failed": job.failed_items} if final else None,
-        "label_counts": job.label_counts,
-        "timings": {
-            "created_at": _iso(job.created_at),
-            "started_at": _iso(job.started_at),
-            "finished_at": _iso(job.finished_at),
-            "queued_seconds": _seconds(job.created_at, job.started_at),
-            "run_seconds": _seconds(job.started_at, job.finished_at),
-        },
-        "stage_seconds": {
-            "pre": round(job.pre_seconds, 3),
-            "model": round(job.model_seconds, 3),
-            "post": round(job.post_seconds, 3),
-        }
-        if final
-        else None,
-        "cost": job.cost
-        if final
-        else job_cost(session, job.id, total, settings.cpu_price, settings.gpu_price),
-        "links": _links(job.id),
-    }
+@api.get("/account")
+def get_account() -> Response:
+    """The caller's account: its type, limits and keys (prefixes only)."""
+    settings = _settings()
+    with session_factory(settings)() as session:
+        view = account_view(g.account, settings, list_keys(session, g.account.id))
+    return jsonify({**view, "key_prefix": g.key_prefix})
 
 
 @api.get("/jobs/<job_id>")
 @require_account
 def get_job(job_id: str):  # noqa: ANN201
     with session_factory(_settings())() as session:
-        return jsonify(job_view(session, _own_job(session, job_id), _settings()))
+        job = _own_job(session, job_id)
+        return jsonify({**job_view(session, job, _settings()), "links": _links(job.id)})
 
 
-def result_record(result: Any) -> dict[str, Any]:
-    if result.error is not None:
-        return {"id": result.item_id, "error": result.error}
-    out = result.output or {}
-    return {"id": result.item_id, **out}
+def _conflict(message: str) -> Response:
+    return error_response(409, "conflict", message)
 
 
-def csv_layout(tasks: list[str], labels: list[str]):  # noqa: ANN201
-    """CSV columns for a job's tasks: scalar fields flat, entities as compact JSON; the
-    embedding vector is left to JSONL."""
-    header = ["id"]
-    if "classify" in tasks:
-        header += ["label", "score", *[f"score:{x}" for x in labels]]
-    if "score" in tasks:
-        header.append("rating")
-    if "extract" in tasks:
-        header.append("entities")
-    header.append("error")
+def _own_job_id(job_id: str) -> uuid.UUID:
+    """The caller's job id, or 404, read in a session of its own."""
+    with session_factory(_settings())() as session:
+        return _own_job(session, job_id).id
 
-    def cells(result: Any) -> list[Any]:
-        out = result.output or {}
-        row: list[Any] = [result.item_id]
-        if "classify" in tasks:
-            scores = out.get("scores", {})
-            row += [
-                out.get("label", ""),
-                out.get("score", ""),
-                *[scores.get(x, "") for x in labels],
-            ]
-        if "score" in tasks:
-            row.append(out.get("rating", ""))
-        if "extract" in tasks:
-            row.append(json.dumps(out["entities"], ensure_ascii=False) if "entities" in out else "")
-        row.append(result.error or "")
-        return row
 
-    return header, cells
+def _view(job_id: uuid.UUID) -> dict[str, Any]:
+    with session_factory(_settings())() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        return {**job_view(session, job, _settings()), "links": _links(job.id)}
+
+
+@api.delete("/jobs/<job_id>")
+@require_account
+def cancel(job_id: str):  # noqa: ANN201
+    """Cancel: chunks not started are skipped, running ones stop at their next micro-batch."""
+    key = _own_job_id(job_id)
+    try:
+        cancel_job(key, _settings())
+    except JobStateError as exc:
+        return _conflict(str(exc))
+    return jsonify(_view(key)), 202
+
+
+def dead_letter_record(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "id": letter.id,
+        "kind": letter.kind,
+        "item_ids": letter.item_ids,
+        "error": letter.error,
+        "traceback": letter.traceback,
+        "attempts": letter.attempts,
+        "created_at": iso(letter.created_at),
+        "retried_at": iso(letter.retried_at),
+    }
+
+
+@api.get("/jobs/<job_id>/dead-letters")
+@require_account
+def job_dead_letters(job_id: str):  # noqa: ANN201
+    with session_factory(_settings())() as session:
+        job = _own_job(session, job_id)
+        letters = session.scalars(
+            select(DeadLetter).where(DeadLetter.job_id == job.id).order_by(DeadLetter.id)
+        )
+        return jsonify(dead_letters=[dead_letter_record(x) for x in letters])
+
+
+@api.post("/jobs/<job_id>/retry")
+@require_account
+def retry_job(job_id: str):  # noqa: ANN201
+    """Send the job's open dead letters back: their items run again as new chunks."""
+    key = _own_job_id(job_id)
+    retried = retry_dead_letters(job_id=key, settings=_settings())
+    if str(key) in retried.skipped:
+        return _conflict(f"cannot retry: {retried.skipped[str(key)]}")
+    if not retried.letters:
+        return _conflict("the job has no dead letters to send back")
+    body = {
+        "retried_letters": retried.letters,
+        "retried_items": retried.jobs[str(key)],
+        "job": _view(key),
+    }
+    return jsonify(body), 202
 
 
 @api.get("/jobs/<job_id>/results")
@@ -204,22 +227,11 @@ def job_results(job_id: str):  # noqa: ANN201
 
     def jsonl() -> Iterator[str]:
         with factory() as session:
-            for result in iter_results(session, key):
-                yield json.dumps(result_record(result), ensure_ascii=False) + "\n"
+            yield from jsonl_lines(iter_results(session, key))
 
     def csv_rows() -> Iterator[str]:
-        header, cells = csv_layout(tasks, labels)
-        buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(header)
         with factory() as session:
-            for n, result in enumerate(iter_results(session, key)):
-                writer.writerow(cells(result))
-                if n % 500 == 0:
-                    yield buf.getvalue()
-                    buf.seek(0)
-                    buf.truncate()
-        yield buf.getvalue()
+            yield from csv_blocks(iter_results(session, key), tasks, labels)
 
     if fmt == "csv":
         return Response(

@@ -1,4 +1,10 @@
-"""Bearer API-key authentication for the JSON API."""
+"""Who is calling: a bearer API key for the JSON API, a signed session for the web pages.
+
+`identify` runs before every request (and before the rate limiter, which counts per
+account); the API blueprints then refuse a caller without an account (401) or, under
+/v1/admin, without an admin account (403). The API never reads the session cookie, so
+it needs no CSRF token: a browser cannot attach a bearer header on another site's behalf.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +12,88 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from flask import abort, current_app, g, request
+from flask import abort, current_app, g, request, session
 
-from db.queries import account_for_key
+from db.models import Account, ApiKey
+from db.queries import is_live, live_key
 from db.session import session_factory
+from laneway.settings import Settings
+
+# Blueprints whose callers authenticate with `Authorization: Bearer <key>`.
+BEARER_BLUEPRINTS = ("api", "admin")
+BEARER_HELP = "send your API key as 'Authorization: Bearer <key>'"
+
+
+def app_settings() -> Settings:
+    """The settings the running app was made with."""
+    return current_app.config["LANEWAY_SETTINGS"]
+
+
+def identify() -> None:
+    """Set g.account (or None) and g.key_prefix for this request; never refuse here."""
+    g.account = None
+    g.key_prefix = None
+    g.auth_problem = BEARER_HELP
+    blueprint = request.blueprint or ""
+    if blueprint in BEARER_BLUEPRINTS:
+        _from_bearer()
+    elif blueprint == "pages" and "key_id" in session:
+        _from_session()
+
+
+def _load(find: Callable[[Any], ApiKey | None]) -> None:
+    settings = app_settings()
+    with session_factory(settings)() as db:
+        row = find(db)
+        if row is None:
+            return
+        account: Account = row.account
+        db.expunge(account)
+        g.account, g.key_prefix = account, row.prefix
+    # The body is read later, in the view: hold it to the account type's upload limit.
+    request.max_content_length = settings.limits_for(account.type).max_upload_bytes
+
+
+def _from_bearer() -> None:
+    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        return
+    g.auth_problem = "the API key is not valid (unknown, revoked or mistyped)"
+    _load(lambda db: live_key(db, key))
+
+
+def _from_session() -> None:
+    key_id = session.get("key_id")
+
+    def find(db: Any) -> ApiKey | None:
+        row = db.get(ApiKey, key_id) if isinstance(key_id, int) else None
+        return row if row is not None and is_live(row) else None
+
+    _load(find)
+    if g.account is None:
+        session.clear()  # the key was revoked since login: sign out
+
+
+def check_account() -> None:
+    """401 unless the caller has an account."""
+    if g.get("account") is None:
+        abort(401, description=g.get("auth_problem", BEARER_HELP))
+
+
+def check_admin() -> None:
+    """401 without an account, 403 for an account that is not an admin."""
+    check_account()
+    if not g.account.is_admin:
+        abort(403, description="this endpoint is for admin accounts only")
 
 
 def require_account(view: Callable[..., Any]) -> Callable[..., Any]:
-    """Put the caller's account in `g.account`, or answer 401."""
+    """Answer 401 unless the caller has an account (the api blueprint checks this too)."""
 
     @wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        header = request.headers.get("Authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
-            abort(401, description="send your API key as 'Authorization: Bearer <key>'")
-        with session_factory(current_app.config["LANEWAY_SETTINGS"])() as session:
-            account = account_for_key(session, key.strip())
-            if account is None:
-                abort(401, description="the API key is not valid")
-            session.expunge(account)
-        g.account = account
+        check_account()
         return view(*args, **kwargs)
 
     return wrapper

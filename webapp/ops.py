@@ -1,8 +1,14 @@
-"""Operations endpoints: health."""
+"""Operations endpoints: health, the lanes' depth (for autoscalers such as KEDA), and the
+OpenAPI document of the whole HTTP interface."""
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from flask import Blueprint, Response, current_app, jsonify
 from sqlalchemy import text
 
 from db.session import session_factory
@@ -25,3 +31,33 @@ def healthz():  # noqa: ANN201
     checks["redis"] = "ok" if ping(settings) else "error: no answer"
     healthy = all(v == "ok" for v in checks.values())
     return jsonify(status="ok" if healthy else "unavailable", **checks), 200 if healthy else 503
+
+
+@ops.get("/lanes")
+def lanes():  # noqa: ANN201
+    """Each queue's depth: messages queued, delivered to workers (reserved or running: the
+    part a bare list length misses), and both together. Counts only, no job data."""
+    from laneway.redis_conn import redis_client
+    from tasks.app import QUEUES
+    from tasks.broker import lane_depth
+
+    settings = current_app.config["LANEWAY_SETTINGS"]
+    try:
+        r = redis_client(settings)
+        return jsonify({queue: lane_depth(r, queue) for queue in QUEUES})
+    except Exception as exc:  # noqa: BLE001 - an autoscaler must see "unknown", not a 500
+        return jsonify(error="unavailable", message=f"Redis: {type(exc).__name__}"), 503
+
+
+OPENAPI_SPEC = Path(__file__).parent / "openapi.yaml"
+
+
+@lru_cache(maxsize=1)
+def openapi_document() -> dict[str, Any]:
+    """The maintained spec (webapp/openapi.yaml), read once."""
+    return yaml.safe_load(OPENAPI_SPEC.read_text())
+
+
+@ops.get("/openapi.json")
+def openapi_json() -> Response:
+    return jsonify(openapi_document())

@@ -19,6 +19,15 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def cuda_device_count() -> int:
+    """CUDA devices on this machine, counted without creating a CUDA context."""
+    if not cuda_available():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def check_lane(lane: str, settings: Settings) -> str:
     """The device a worker of `lane` will use: `cuda` or `cpu`; raise LaneError if none fits."""
     if lane == "cpu":

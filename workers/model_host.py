@@ -83,6 +83,42 @@ def warm_up(settings: Settings | None = None) -> None:
         pipeline.resolve(task)
 
 
+MODEL_QUEUES = ("cpu", "gpu")
+
+
 @worker_process_init.connect
 def _load_in_child(**_: Any) -> None:
-    warm_up()
+    # A worker serving only the maintenance queue never runs a model: it loads none.
+    from tasks.app import worker_queues
+
+    queues = worker_queues()
+    if queues is None or set(queues) & set(MODEL_QUEUES):
+        warm_up()
+    if queues and "gpu" in queues:
+        check_device_or_stop()
+    if queues is not None:
+        from workers.registry import instance_id, ready
+
+        try:
+            ready(instance_id())
+        except Exception as exc:  # noqa: BLE001 - bookkeeping only
+            log.warning("could not record the worker as ready: %s", type(exc).__name__)
+
+
+def check_device_or_stop() -> None:
+    """A gpu worker proves its device works before it takes a chunk: a small tensor
+    operation on it. On failure the whole worker stops, and its supervisor sees why."""
+    import signal
+
+    from workers.health import device_check
+
+    device = model_device(get_settings())
+    try:
+        report = device_check(device)
+    except Exception as exc:  # noqa: BLE001 - any failure means the device is unusable
+        report = {"device": device, "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if report["ok"]:
+        log.info("device check passed: %s", report)
+        return
+    log.critical("device check failed, stopping the worker: %s", report)
+    os.kill(os.getppid(), signal.SIGTERM)

@@ -40,11 +40,22 @@ def _run(connection) -> None:  # noqa: ANN001
         compare_server_default=True,
         render_as_batch=not is_pg,  # SQLite alters tables by copying them
     )
-    with context.begin_transaction():
-        if is_pg:
-            connection.execute(text("SET LOCAL lock_timeout = '10s'"))
-            connection.execute(text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
-        context.run_migrations()
+    if not is_pg:
+        # Batch mode copies a table and drops the old one; with foreign keys on, SQLite
+        # cascades that drop into every referencing table (a migration would delete the
+        # jobs of an account, or the items of a job). The pragma only works outside a
+        # transaction, and is restored for whoever uses this connection next.
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+        connection.commit()
+    try:
+        with context.begin_transaction():
+            if is_pg:
+                connection.execute(text("SET LOCAL lock_timeout = '10s'"))
+                connection.execute(text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+            context.run_migrations()
+    finally:
+        if not is_pg:
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")
 
 
 if context.is_offline_mode():

@@ -14,12 +14,19 @@ from pathlib import Path
 import httpx
 
 BIN = Path(sys.executable).parent
+# Generous: on a 2-core machine a web worker's first request may wait behind model loads.
+http = httpx.Client(timeout=60)
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# Every process a test started, so that none outlives its test (tests/e2e/conftest.py
+# stops those a test left running, whatever failed before its own cleanup could run).
+STARTED: list[Proc] = []
 
 
 class Proc:
@@ -42,6 +49,7 @@ class Proc:
             env={**(os.environ if inherit_env else {}), **(env or {})},
             start_new_session=True,
         )
+        STARTED.append(self)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -58,7 +66,21 @@ class Proc:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+        else:
+            # The leader is gone; a child it left in its group (a celery worker under
+            # `laneway worker`) must go too.
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         return self.proc.returncode
+
+
+def stop_started_since(count: int) -> None:
+    """Stop every process started after the first `count` (newest first)."""
+    for proc in reversed(STARTED[count:]):
+        proc.stop()
+    del STARTED[count:]
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, procs=()) -> object:
@@ -91,23 +113,27 @@ def start_web(logdir: Path, env: dict[str, str] | None = None) -> tuple[Proc, st
 def wait_healthy(url: str, procs, timeout: float = 90) -> None:
     def healthy() -> bool:
         try:
-            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+            return http.get(f"{url}/healthz", timeout=5).status_code == 200
         except httpx.TransportError:
             return False
 
     wait_for(healthy, timeout, f"{url}/healthz to answer 200", procs)
 
 
-def start_worker(name: str, argv: list[str], logdir: Path, env=None) -> Proc:
-    """Start a worker and wait until its model is loaded and it answers a ping."""
+def start_worker(
+    name: str, argv: list[str], logdir: Path, env=None, models: bool = True, log_name=None
+) -> Proc:
+    """Start a worker and wait until it answers a ping (and, if it runs models, has loaded
+    them). `name` is its node name before @host; `log_name` tells its log apart."""
     from tasks import app
 
-    proc = Proc(name, argv, logdir, env)
+    proc = Proc(log_name or name, argv, logdir, env)
     node = f"{name}@{socket.gethostname()}"
 
     def ready() -> bool:
         replies = app.control.ping(destination=[node], timeout=0.5)
-        return any(node in r for r in replies) and "loaded in pid" in proc.log.read_text()
+        loaded = not models or "loaded in pid" in proc.log.read_text()
+        return any(node in r for r in replies) and loaded
 
     try:
         wait_for(ready, 120, f"worker {node}", [proc])

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
+import os
 import subprocess
 import sys
 import uuid
 
-import httpx
 import pytest
 import redis
 from sqlalchemy import func, select
 
 from db.models import Chunk, Result
 from db.session import session_scope
-from tests.e2e.procs import BIN, start_web, start_worker, wait_for
+from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
 from workers.devices import cuda_available
 
 pytestmark = pytest.mark.e2e
@@ -47,7 +48,18 @@ def web(migrated, logdir):
 @pytest.fixture(scope="module")
 def cpu_worker(migrated, logdir):
     # The plain Celery command line works as well as `laneway worker cpu`.
-    argv = [str(BIN / "celery"), "-A", "tasks", "worker", "-Q", "cpu", "-n", "cpu@%h", "-c", "1"]
+    argv = [
+        str(BIN / "celery"),
+        "-A",
+        "tasks",
+        "worker",
+        "-Q",
+        "cpu,maintenance",
+        "-n",
+        "cpu@%h",
+        "-c",
+        "1",
+    ]
     proc = start_worker("cpu", argv + ["--loglevel", "INFO"], logdir)
     yield proc
     proc.stop()
@@ -58,7 +70,7 @@ def items(n: int, prefix: str) -> list[dict[str, str]]:
 
 
 def submit(url: str, key: str, n: int, prefix: str) -> dict:
-    response = httpx.post(
+    response = http.post(
         f"{url}/v1/jobs",
         json={"task": "classify", "items": items(n, prefix)},
         headers={"Authorization": f"Bearer {key}"},
@@ -68,7 +80,7 @@ def submit(url: str, key: str, n: int, prefix: str) -> dict:
 
 
 def get_job(url: str, key: str, job_id: str) -> dict:
-    response = httpx.get(f"{url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {key}"})
+    response = http.get(f"{url}/v1/jobs/{job_id}", headers={"Authorization": f"Bearer {key}"})
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -126,7 +138,7 @@ def test_jobs_run_on_the_queue_their_lane_names(settings, web, cpu_worker, accou
     done = wait_final(web, trial_key, cpu_job["id"], [cpu_worker])
     assert done["status"] == "succeeded"
     assert done["progress"] == {"done": 45, "total": 45, "percent": 100.0}
-    assert done["counts"] == {"succeeded": 45, "failed": 0}
+    assert done["counts"] == {"succeeded": 45, "failed": 0, "cancelled": 0}
     assert sum(done["label_counts"].values()) == 45
     assert done["stage_seconds"]["model"] > 0
     cost = done["cost"]
@@ -136,10 +148,16 @@ def test_jobs_run_on_the_queue_their_lane_names(settings, web, cpu_worker, accou
     assert_exactly_one_result_each(settings, cpu_job["id"], 45, "c")
     assert all(w.startswith("cpu@") for _, w in chunk_workers(settings, cpu_job["id"]))
 
-    # The cpu worker finished a job sent after the gpu job, yet never touched the gpu chunks.
+    # The cpu worker finished a job sent after the gpu job, yet ran only the gpu chunks'
+    # pre-processing (sent first): their model stages wait for a gpu worker.
     waiting = get_job(web, enterprise_key, gpu_job["id"])
-    assert waiting["status"] == "queued" and waiting["progress"]["done"] == 0
+    assert waiting["status"] == "running" and waiting["progress"]["done"] == 0
     assert chunk_workers(settings, gpu_job["id"]) == [("queued", None)] * 4
+    with session_scope(settings) as session:
+        stages = session.scalars(
+            select(Chunk.stage).where(Chunk.job_id == uuid.UUID(gpu_job["id"]))
+        ).all()
+    assert stages == ["model"] * 4
     # Its model stages wait in the gpu queue (other tests' gpu jobs may wait there too).
     waiting_ids = {
         json.loads(m)["headers"]["id"]
@@ -152,7 +170,7 @@ def test_jobs_run_on_the_queue_their_lane_names(settings, web, cpu_worker, accou
     assert len(task_ids) == 4 and task_ids <= waiting_ids
 
     gpu_worker = start_worker(
-        "gpu",
+        "gpu0",  # `laneway worker gpu` names each worker after its device
         [str(BIN / "laneway"), "worker", "gpu"],
         logdir,
         env={"LANEWAY_GPU_FALLBACK": "cpu"},
@@ -162,20 +180,20 @@ def test_jobs_run_on_the_queue_their_lane_names(settings, web, cpu_worker, accou
     finally:
         gpu_worker.stop()
     assert done["status"] == "succeeded" and done["lane"] == "gpu"
-    assert done["counts"] == {"succeeded": 50, "failed": 0}
+    assert done["counts"] == {"succeeded": 50, "failed": 0, "cancelled": 0}
     assert_exactly_one_result_each(settings, gpu_job["id"], 50, "g")
     # Only the model stage ran on the gpu worker; pre- and post-processing ran on cpu.
-    assert all(w.startswith("gpu@") for _, w in chunk_workers(settings, gpu_job["id"]))
+    assert all(w.startswith("gpu0@") for _, w in chunk_workers(settings, gpu_job["id"]))
     assert done["stage_seconds"]["pre"] > 0 and done["stage_seconds"]["post"] > 0
 
     headers = {"Authorization": f"Bearer {enterprise_key}"}
-    lines = httpx.get(f"{web}/v1/jobs/{gpu_job['id']}/results", headers=headers).text.splitlines()
+    lines = http.get(f"{web}/v1/jobs/{gpu_job['id']}/results", headers=headers).text.splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["id"] for r in records] == [f"g-{i}" for i in range(50)]
     assert all(
         r["label"] in done["labels"] and r["score"] == r["scores"][r["label"]] for r in records
     )
-    csv_text = httpx.get(f"{web}/v1/jobs/{gpu_job['id']}/results?format=csv", headers=headers).text
+    csv_text = http.get(f"{web}/v1/jobs/{gpu_job['id']}/results?format=csv", headers=headers).text
     rows = list(csv.DictReader(io.StringIO(csv_text)))
     assert len(rows) == 50 and rows[0]["id"] == "g-0" and rows[0]["label"] == records[0]["label"]
 
@@ -218,5 +236,18 @@ def test_cli_creates_an_account_and_submits_a_file_with_progress(
     assert "job " in done.stderr  # the progress bar's label
     job_id = done.stdout.split()[1]
     assert_exactly_one_result_each(settings, job_id, 20, "f")
+
+    # A gzipped file goes up the same way, with an upload progress bar.
+    gz = tmp_path / "upload.csv.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    queued = subprocess.run(
+        [str(BIN / "laneway"), "submit", str(gz), "--url", web],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LANEWAY_API_KEY": key},
+        timeout=60,
+    )
+    assert queued.returncode == 0, queued.stderr
+    assert "queued on the cpu lane" in queued.stdout and "uploading upload.csv.gz" in queued.stderr
     with session_scope(settings) as session:
         assert session.scalar(select(func.count()).where(Result.job_id == uuid.UUID(job_id))) == 20

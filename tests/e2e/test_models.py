@@ -6,10 +6,9 @@ import csv
 import io
 import json
 
-import httpx
 import pytest
 
-from tests.e2e.procs import BIN, start_web, start_worker, wait_for
+from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
 from tests.tiny_models import make_seqcls_model, make_token_model
 
 pytestmark = pytest.mark.e2e
@@ -70,14 +69,14 @@ def test_every_task_with_fine_tuned_models(fleet, account_factory):
     items = [{"id": f"m{i}", "text": t} for i, t in enumerate(TEXTS)]
 
     # A fine-tuned classifier's labels are fixed: naming others is a clear 400.
-    bad = httpx.post(
+    bad = http.post(
         f"{url}/v1/jobs",
         json={"tasks": ["classify"], "items": items, "labels": ["x", "y"]},
         headers=headers,
     )
     assert bad.status_code == 400 and "fixed labels (sports, food, tech)" in bad.json()["message"]
 
-    response = httpx.post(
+    response = http.post(
         f"{url}/v1/jobs",
         json={"tasks": ["classify", "score", "extract", "embed"], "items": items},
         headers=headers,
@@ -86,7 +85,7 @@ def test_every_task_with_fine_tuned_models(fleet, account_factory):
     job_id = response.json()["id"]
 
     def final():
-        job = httpx.get(f"{url}/v1/jobs/{job_id}", headers=headers).json()
+        job = http.get(f"{url}/v1/jobs/{job_id}", headers=headers).json()
         return job if job["status"] not in ("queued", "running") else None
 
     job = wait_for(final, 180, "the fine-tuned job", [worker])
@@ -95,7 +94,7 @@ def test_every_task_with_fine_tuned_models(fleet, account_factory):
     assert job["labels"] == TOPICS
     assert job["cost"]["total"] > 0 and set(job["cost"]["by_stage"]) == {"pre", "model", "post"}
 
-    lines = httpx.get(f"{url}/v1/jobs/{job_id}/results", headers=headers).text.splitlines()
+    lines = http.get(f"{url}/v1/jobs/{job_id}/results", headers=headers).text.splitlines()
     records = [json.loads(line) for line in lines]
     assert [r["id"] for r in records] == ["m0", "m1", "m2"]
     for text, record in zip(TEXTS, records, strict=True):
@@ -113,7 +112,7 @@ def test_every_task_with_fine_tuned_models(fleet, account_factory):
         ("phone", "+44 20 7946 0958"),
     }
 
-    text = httpx.get(f"{url}/v1/jobs/{job_id}/results?format=csv", headers=headers).text
+    text = http.get(f"{url}/v1/jobs/{job_id}/results?format=csv", headers=headers).text
     rows = list(csv.reader(io.StringIO(text)))
     assert rows[0] == [
         "id", "label", "score", "score:sports", "score:food", "score:tech",

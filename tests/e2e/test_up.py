@@ -6,11 +6,10 @@ import os
 import signal
 import subprocess
 
-import httpx
 import psutil
 import pytest
 
-from tests.e2e.procs import BIN, Proc, free_port, wait_for, wait_healthy
+from tests.e2e.procs import BIN, Proc, free_port, http, wait_for, wait_healthy
 
 pytestmark = pytest.mark.e2e
 
@@ -37,18 +36,20 @@ def test_up_serves_jobs_on_the_embedded_default_and_stops_cleanly(tmp_path):
         headers = {"Authorization": f"Bearer {key}"}
         # Above the default threshold (500): the gpu lane, served on CPU by the fallback.
         items = [{"id": str(i), "text": f"my parcel number {i} is late"} for i in range(600)]
-        job = httpx.post(
-            f"{url}/v1/jobs", json={"items": items}, headers=headers, timeout=30
-        ).json()
+        job = http.post(f"{url}/v1/jobs", json={"items": items}, headers=headers, timeout=30).json()
         assert job["lane"] == "gpu"
 
         def finished():
-            body = httpx.get(f"{url}/v1/jobs/{job['id']}", headers=headers).json()
+            body = http.get(f"{url}/v1/jobs/{job['id']}", headers=headers).json()
             return body if body["status"] in ("succeeded", "partial", "failed") else None
 
         done = wait_for(finished, 240, "the job on the embedded fleet", [up])
         assert done["status"] == "succeeded"
-        assert done["counts"] == {"succeeded": 600, "failed": 0}
+        assert done["counts"] == {"succeeded": 600, "failed": 0, "cancelled": 0}
+        # Rate limits count in the embedded Redis too (over its unix socket).
+        limited = http.get(f"{url}/v1/account", headers=headers)
+        assert limited.headers["RateLimit-Limit"] == "5000"
+        assert int(limited.headers["RateLimit-Remaining"]) < 5000
         assert "LANEWAY_GPU_FALLBACK=cpu" in up.log.read_text()
 
         children = psutil.Process(up.proc.pid).children(recursive=True)

@@ -5,57 +5,49 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
-from sqlalchemy import select
 
-from db.models import Chunk, Job, Result
-from db.session import session_scope
-from laneway.jobs import submit_job
-from tests.e2e.procs import BIN, Proc, start_worker, wait_for
+from tests.faults.harness import (
+    RECOVERY_DEADLINE,
+    assert_exactly_one_result_each,
+    beat,
+    cpu_worker,
+    events,
+    submit,
+    wait_final,
+    wait_running_chunk,
+)
 
 pytestmark = pytest.mark.e2e
-
-# Short limits so the test finishes in a couple of minutes: the broker's visibility timeout
-# (and the reconciler's deadline) becomes 2 * 5 + 60 = 70 s.
-FAST = {"LANEWAY_CHUNK_TIMEOUT": "5", "LANEWAY_RECONCILE_INTERVAL": "2"}
-LONG_TEXT = " ".join(["the parcel arrived late and the box was crushed again"] * 25)
 
 
 def test_sigkill_mid_chunk_loses_nothing(settings, migrated, account_factory, tmp_path):
     account, _ = account_factory("trial")
-    items = [(f"k{i}", f"{LONG_TEXT} #{i}") for i in range(48)]  # 3 chunks of 16
-    job = submit_job(account, items, settings=settings)
+    job_id = submit(settings, account, 48)  # 3 chunks of 16
+    victim = cpu_worker(tmp_path, "victim")
 
-    victim = start_worker("cpu", [str(BIN / "laneway"), "worker", "cpu"], tmp_path, env=FAST)
-
-    def claimed():
-        with session_scope(settings) as session:
-            return session.scalar(
-                select(Chunk.id).where(Chunk.job_id == job.id, Chunk.state == "running")
-            )
-
-    killed_chunk = wait_for(claimed, 60, "a chunk to start", [victim])
+    killed_chunk = wait_running_chunk(settings, job_id, [victim])
     os.killpg(victim.proc.pid, signal.SIGKILL)  # parent and child: no warm shutdown
     victim.proc.wait()
 
-    beat = Proc("beat", [str(BIN / "laneway"), "beat"], tmp_path, env=FAST)
-    survivor = start_worker("cpu", [str(BIN / "laneway"), "worker", "cpu"], tmp_path, env=FAST)
+    scheduler = beat(tmp_path)
+    survivor = cpu_worker(tmp_path, "survivor")  # the same node name, a new process
+    started = time.monotonic()
     try:
-
-        def finished():
-            with session_scope(settings) as session:
-                status = session.get(Job, job.id).status
-                return status if status not in ("queued", "running") else None
-
-        assert wait_for(finished, 240, "the job to finish", [survivor, beat]) == "succeeded"
+        status = wait_final(settings, job_id, RECOVERY_DEADLINE, [survivor, scheduler])
     finally:
         survivor.stop()
-        beat.stop()
-    with session_scope(settings) as session:
-        rows = session.execute(
-            select(Result.idx, Result.error).where(Result.job_id == job.id)
-        ).all()
-        assert sorted(r.idx for r in rows) == list(range(48))
-        assert all(r.error is None for r in rows)
-        assert session.get(Chunk, killed_chunk).attempts >= 2
+        scheduler.stop()
+    took = time.monotonic() - started
+    assert status == "succeeded", status
+    assert took < RECOVERY_DEADLINE
+    assert_exactly_one_result_each(settings, job_id, 48)
+    assert len(events(settings, job_id, "finalized")) == 1
+    # The dead worker's heartbeat stopped, so the reconciler sent its chunk again, once,
+    # long before the broker's visibility timeout (120 s) would have.
+    resent = [e for e in events(settings, job_id, "chunk_redispatched")]
+    assert [e["chunk"] for e in resent] == [killed_chunk]
+    assert resent[0]["reason"] == "its worker stopped beating"
+    print(f"FIGURES sigkill: items=48 recovered_in={took:.1f}s")

@@ -9,25 +9,8 @@ import pytest
 import redis
 
 from db.models import Chunk
-from db.queries import upsert_results
 from db.session import session_scope
-
-
-@pytest.fixture
-def app(settings, migrated):
-    from webapp import create_app
-
-    return create_app(settings)
-
-
-@pytest.fixture
-def client(app):
-    return app.test_client()
-
-
-def auth(key):
-    return {"Authorization": f"Bearer {key}"}
-
+from tests.integration.conftest import auth, store_results
 
 ITEMS = [{"id": "a", "text": "my card was charged twice"}, {"id": "b", "text": "box arrived late"}]
 
@@ -38,13 +21,17 @@ def test_healthz(client):
     assert response.json == {"status": "ok", "database": "ok", "redis": "ok"}
 
 
-@pytest.mark.parametrize("header", [None, "Bearer", "Bearer lw_deadbeef_nope", "Basic abc"])
+@pytest.mark.parametrize(
+    "header",
+    [None, "Bearer", "Bearer lw_deadbeef_nope", "Basic abc", "Bearer lw_\x00_nope", "Bearer é"],
+)
 def test_missing_or_wrong_key_is_401(client, header):
     headers = {"Authorization": header} if header else {}
     response = client.post("/v1/jobs", json={"items": ITEMS}, headers=headers)
     assert response.status_code == 401
     assert response.json["error"] == "unauthorized"
     assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert b"nope" not in response.data and b"abc" not in response.data  # never echoed
 
 
 def test_json_submission_stores_job_and_queues_its_chunks(client, account_factory, settings):
@@ -106,13 +93,55 @@ def test_file_upload(client, account_factory, filename, data):
     )
 
 
+def test_gzipped_and_large_uploads_stream_through_the_same_path(client, account_factory):
+    """A .gz upload is read through gzip; a large one is spooled to disk by Werkzeug and
+    read from there as its items are stored."""
+    import gzip
+
+    _, key = account_factory("standard")  # 4,000 items: past a trial account's 1,000
+    lines = "".join(json.dumps({"id": f"n{i}", "text": "x" * 200}) + "\n" for i in range(4000))
+    for name, data in (
+        ("big.jsonl", lines.encode()),
+        ("big.jsonl.gz", gzip.compress(lines.encode())),
+    ):
+        response = client.post(
+            "/v1/jobs",
+            data={"file": (io.BytesIO(data), name)},
+            headers=auth(key),
+            content_type="multipart/form-data",
+        )
+        assert response.status_code == 202, response.json
+        job = client.get(response.json["links"]["self"], headers=auth(key)).json
+        assert job["progress"]["total"] == 4000 and job["source"] == "upload"
+
+
+def test_a_bad_line_anywhere_means_no_job(client, account_factory, settings):
+    from sqlalchemy import func, select
+
+    from db.models import Job
+
+    account, key = account_factory()
+    data = b"id,text\n" + b"".join(b"%d,fine text\n" % i for i in range(3000)) + b"3001,\n"
+    response = client.post(
+        "/v1/jobs",
+        data={"file": (io.BytesIO(data), "late-error.csv")},
+        headers=auth(key),
+        content_type="multipart/form-data",
+    )
+    assert response.status_code == 400
+    assert response.json["message"] == "line 3002: 'text' is empty"
+    with session_scope(settings) as session:
+        assert session.scalar(select(func.count()).where(Job.account_id == account.id)) == 0
+
+
 @pytest.mark.parametrize(
     "kwargs,message",
     [
         ({"json": {"items": []}}, "no items"),
         ({"json": {"task": "translate", "items": ITEMS}}, "unknown task"),
         ({"json": {"items": ITEMS, "labels": ["only"]}}, "labels"),
-        ({"json": {"text": "hi"}}, "'items' is required"),
+        ({"json": {"tasks": ["score"]}}, "'items' is required"),
+        ({"json": {"items": ITEMS, "lables": ["x", "y"]}}, "unknown field 'lables'"),
         ({"json": [1, 2]}, "JSON object"),
         ({"data": "not json", "content_type": "application/json"}, "JSON object"),
         (
@@ -120,11 +149,29 @@ def test_file_upload(client, account_factory, filename, data):
                 "data": {"file": (io.BytesIO(b"id,text\n1,a\n1,b\n"), "x.csv")},
                 "content_type": "multipart/form-data",
             },
-            "line 3: duplicate id",
+            "line 3: duplicate id '1' (first at line 2)",
+        ),
+        (
+            {"json": {"items": [ITEMS[0], ITEMS[1], {"id": "a", "text": "again"}]}},
+            "items[2]: duplicate id 'a' (first at items[0])",
+        ),
+        (
+            {
+                "data": {"file": (io.BytesIO(b'{"id": 1, "text": "a"}\n{oops\n'), "x.jsonl")},
+                "content_type": "multipart/form-data",
+            },
+            "line 2: not valid JSON",
         ),
         (
             {"data": {"file": (io.BytesIO(b"x"), "x.pdf")}, "content_type": "multipart/form-data"},
             "unsupported file type",
+        ),
+        (
+            {
+                "data": {"file": (io.BytesIO(b"id,text\n1,a\n"), "x.csv.gz")},
+                "content_type": "multipart/form-data",
+            },
+            "line 1: not a valid gzip file",
         ),
     ],
 )
@@ -152,21 +199,19 @@ def test_results_stream_as_jsonl_and_csv(client, account_factory, settings):
     job_id = client.post(
         "/v1/jobs", json={"items": ITEMS, "labels": ["x", "y"]}, headers=auth(key)
     ).json["id"]
-    with session_scope(settings) as session:
-        upsert_results(
-            session,
-            uuid.UUID(job_id),
-            [
-                {
-                    "idx": 0,
-                    "item_id": "a",
-                    "label": "x",
-                    "output": {"label": "x", "score": 0.5, "scores": {"x": 0.5, "y": 0.1}},
-                    "error": None,
-                },
-                {"idx": 1, "item_id": "b", "label": None, "output": None, "error": "boom"},
-            ],
-        )
+    store_results(
+        job_id,
+        [
+            {
+                "idx": 0,
+                "item_id": "a",
+                "label": "x",
+                "output": {"label": "x", "score": 0.5, "scores": {"x": 0.5, "y": 0.1}},
+                "error": None,
+            },
+            {"idx": 1, "item_id": "b", "label": None, "output": None, "error": "boom"},
+        ],
+    )
     lines = client.get(f"/v1/jobs/{job_id}/results", headers=auth(key)).data.decode().splitlines()
     assert [json.loads(x) for x in lines] == [
         {"id": "a", "label": "x", "score": 0.5, "scores": {"x": 0.5, "y": 0.1}},
@@ -216,3 +261,146 @@ def test_lone_surrogates_and_deep_nesting_are_400_not_500(client, account_factor
         "/v1/jobs", data=deep, content_type="application/json", headers=auth(key)
     )
     assert response.status_code == 400
+
+
+def test_cancel_skips_chunks_not_started_and_ends_the_job(client, account_factory, settings):
+    _, key = account_factory("standard")
+    job = client.post("/v1/jobs", json={"items": ITEMS}, headers=auth(key)).json
+    other_key = account_factory("standard")[1]
+    assert client.delete(job["links"]["self"], headers=auth(other_key)).status_code == 404
+
+    response = client.delete(job["links"]["self"], headers=auth(key))
+    assert response.status_code == 202
+    body = response.json
+    # Nothing had started: the job ends at once, every item cancelled, none failed.
+    assert body["status"] == "cancelled"
+    assert body["counts"] == {"succeeded": 0, "failed": 0, "cancelled": 2}
+    with session_scope(settings) as session:
+        states = {c.state for c in session.query(Chunk).filter_by(job_id=uuid.UUID(job["id"]))}
+    assert states == {"cancelled"}
+
+    again = client.delete(job["links"]["self"], headers=auth(key))
+    assert again.status_code == 409 and again.json["error"] == "conflict"
+    assert "already ended (cancelled)" in again.json["message"]
+
+
+def test_retry_and_dead_letters_of_a_job_without_any(client, account_factory):
+    _, key = account_factory("standard")
+    job = client.post("/v1/jobs", json={"items": ITEMS}, headers=auth(key)).json
+    letters = client.get(job["links"]["dead_letters"], headers=auth(key))
+    assert letters.status_code == 200 and letters.json == {"dead_letters": []}
+    retry = client.post(job["links"]["retry"], headers=auth(key))
+    assert retry.status_code == 409 and "no dead letters" in retry.json["message"]
+    other_key = account_factory("standard")[1]
+    assert client.post(job["links"]["retry"], headers=auth(other_key)).status_code == 404
+    assert client.get(job["links"]["dead_letters"], headers=auth(other_key)).status_code == 404
+
+
+@pytest.fixture
+def full_cpu_lane(settings):
+    """A cpu lane at its limit of one message: a stand-in message sits in its queue."""
+    r = redis.Redis.from_url(settings.redis_url)
+    marker = json.dumps({"headers": {"id": f"filler-{uuid.uuid4()}", "task": "none"}})
+    r.lpush("cpu", marker)
+    yield
+    r.lrem("cpu", 0, marker)
+
+
+def test_a_full_lane_holds_new_jobs_and_past_the_hold_limit_answers_503(
+    settings, migrated, account_factory, full_cpu_lane
+):
+    from dataclasses import replace
+
+    from webapp import create_app
+
+    _, key = account_factory("trial")
+    held_app = create_app(replace(settings, lane_limit_cpu=1, hold_limit=10, reconcile_interval=40))
+    response = held_app.test_client().post("/v1/jobs", json={"items": ITEMS}, headers=auth(key))
+    assert response.status_code == 202 and response.json["status"] == "held"
+    with session_scope(settings) as session:
+        chunk = session.query(Chunk).filter_by(job_id=uuid.UUID(response.json["id"])).one()
+        assert chunk.state == "held"
+        held_task = chunk.task_id
+    waiting = [
+        json.loads(m)["headers"]["id"]
+        for m in redis.Redis.from_url(settings.redis_url).lrange("cpu", 0, -1)
+    ]
+    assert held_task not in waiting  # nothing is sent while the job is held
+
+    # Ten items may wait: nine more beside the two held are refused, and not stored.
+    too_many = [{"id": str(i), "text": f"text {i}"} for i in range(9)]
+    refused = held_app.test_client().post("/v1/jobs", json={"items": too_many}, headers=auth(key))
+    assert refused.status_code == 503
+    assert refused.json["error"] == "lane_full" and "the cpu lane" in refused.json["message"]
+    # Two reconciler rounds (80 s); Flask-Limiter re-renders it, whole seconds from now.
+    assert 79 <= int(refused.headers["Retry-After"]) <= 80
+    held_app.test_client().delete(response.json["links"]["self"], headers=auth(key))
+
+
+def test_lanes_count_delivered_messages_and_keda_reads_the_gpu_depth(client, settings):
+    """`GET /lanes` counts a message a worker took (kombu's `unacked`) as depth: the number
+    the KEDA manifest in deploy/k8s scales gpu workers on."""
+    from pathlib import Path
+
+    import yaml
+
+    from tasks.broker import UNACKED, UNACKED_INDEX
+
+    r = redis.Redis.from_url(settings.redis_url)
+    tag = f"test-{uuid.uuid4().hex}"
+    message = {"headers": {"id": tag, "task": "laneway.model_chunk"}}
+    before = client.get("/lanes").json["gpu"]
+    r.hset(UNACKED, tag, json.dumps([message, "", "gpu"]))
+    r.zadd(UNACKED_INDEX, {tag: 0})
+    try:
+        after = client.get("/lanes").json["gpu"]
+    finally:
+        r.hdel(UNACKED, tag)
+        r.zrem(UNACKED_INDEX, tag)
+    assert after["queued"] == before["queued"]  # a bare list length sees nothing
+    assert after["delivered"] == before["delivered"] + 1
+    assert after["depth"] == after["queued"] + after["delivered"]
+
+    manifest = Path(__file__).parents[2] / "deploy" / "k8s" / "gpu-workers.yaml"
+    scaled = [d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == "ScaledObject"]
+    trigger = scaled[0]["spec"]["triggers"][0]
+    assert trigger["type"] == "metrics-api" and trigger["metadata"]["url"].endswith("/lanes")
+    lane, key = trigger["metadata"]["valueLocation"].split(".")
+    assert isinstance(client.get("/lanes").json[lane][key], int)
+    assert scaled[0]["spec"]["minReplicaCount"] == 0
+
+
+def test_csv_export_neutralizes_formulas_and_keeps_numbers(client, account_factory, settings):
+    _, key = account_factory()
+    items = [{"id": '=HYPERLINK("http://x")', "text": "a"}, {"id": "-5", "text": "b"}]
+    job_id = client.post(
+        "/v1/jobs",
+        json={"items": items, "tasks": ["classify", "score"], "labels": ["@risk", "+1"]},
+        headers=auth(key),
+    ).json["id"]
+    output = {"label": "@risk", "score": 0.6, "scores": {"@risk": 0.6, "+1": -0.2}, "rating": -0.75}
+    store_results(
+        job_id,
+        [
+            {
+                "idx": 0,
+                "item_id": items[0]["id"],
+                "label": "@risk",
+                "output": output,
+                "error": None,
+            },
+            {"idx": 1, "item_id": "-5", "label": None, "output": None, "error": "-boom"},
+        ],
+    )
+    response = client.get(f"/v1/jobs/{job_id}/results?format=csv", headers=auth(key))
+    rows = list(csv.reader(io.StringIO(response.data.decode())))
+    assert rows == [
+        ["id", "label", "score", "score:@risk", "score:+1", "rating", "error"],
+        ['\'=HYPERLINK("http://x")', "'@risk", "0.6", "0.6", "-0.2", "-0.75", ""],
+        ["-5", "", "", "", "", "", "'-boom"],
+    ]
+    # JSONL is data, not a spreadsheet: it keeps the values as they are.
+    first = json.loads(
+        client.get(f"/v1/jobs/{job_id}/results", headers=auth(key)).data.split(b"\n")[0]
+    )
+    assert first["id"] == items[0]["id"] and first["label"] == "@risk"

@@ -6,36 +6,30 @@ here is the hand-off through Redis and the fallbacks when a hand-off is missing.
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import redis
 from sqlalchemy import select
 
 from db.models import Chunk, Job, Result
-from db.queries import chunks_of, create_account, create_job
 from db.session import session_scope
-from laneway.planner import plan_chunks
 from tasks.chunks import _key, model_chunk, post_chunk, prep_chunk
+from tests.factories import stored_job
 
 TEXTS = ["my parcel is late", "refund $20 to a@b.co please", "love the new app", "login fails"]
 
 
 @pytest.fixture
 def gpu_chunk(settings, migrated):
-    with session_scope(settings) as session:
-        account, _ = create_account(session, f"stages-{uuid.uuid4().hex[:8]}", "enterprise")
-        job = create_job(
-            session,
-            account_id=account.id,
-            tasks=["classify", "score", "extract"],
-            labels=["shipping", "billing", "praise", "account"],
-            items=[(f"s{i}", t) for i, t in enumerate(TEXTS)],
-            lane="gpu",
-            chunks=plan_chunks(len(TEXTS), 16),
-            chunk_size=16,
-        )
-        return chunks_of(session, job.id)[0].id, job.id
+    job_id, (chunk_id,) = stored_job(
+        settings,
+        TEXTS,
+        lane="gpu",
+        account_type="enterprise",
+        tasks=["classify", "score", "extract"],
+        labels=["shipping", "billing", "praise", "account"],
+        prefix="s",
+    )
+    return chunk_id, job_id
 
 
 def _results(settings, job_id):
@@ -55,7 +49,9 @@ def test_split_stages_hand_off_through_redis(settings, gpu_chunk):
     assert r.exists(_key(chunk_id, "raw"))
     with session_scope(settings) as session:
         chunk = session.get(Chunk, chunk_id)
-        assert chunk.state == "running" and chunk.attempts == 1
+        # Handed on: queued for its post stage, held by no worker between stages.
+        assert (chunk.state, chunk.stage, chunk.attempts) == ("queued", "post", 1)
+        assert chunk.worker_instance is None
         assert chunk.pre_seconds > 0 and chunk.model_seconds > 0 and chunk.device == "cpu"
     post_chunk.apply(args=(chunk_id,)).get()
     assert not r.exists(_key(chunk_id, "prepared"), _key(chunk_id, "raw"))
@@ -67,7 +63,8 @@ def test_split_stages_hand_off_through_redis(settings, gpu_chunk):
     with session_scope(settings) as session:
         chunk = session.get(Chunk, chunk_id)
         assert chunk.state == "done" and chunk.post_seconds > 0
-        assert session.get(Job, job_id).status == "running"
+        # Its last chunk done, the job settled at once (no need to wait for the chord).
+        assert session.get(Job, job_id).status == "succeeded"
     # A redelivered stage after the chunk is done changes nothing.
     assert post_chunk.apply(args=(chunk_id,)).get() == {"chunk": chunk_id, "skipped": True}
     assert model_chunk.apply(args=(chunk_id,)).get() == {"chunk": chunk_id, "skipped": True}
@@ -85,14 +82,31 @@ def test_lost_hand_offs_are_recomputed_not_lost(settings, gpu_chunk):
     assert len(results) == 4 and all("label" in o for o in results.values())
 
 
+def test_a_stale_stage_message_is_skipped(settings, gpu_chunk):
+    chunk_id, _ = gpu_chunk
+    prep_chunk.apply(args=(chunk_id,)).get()
+    model_chunk.apply(args=(chunk_id,)).get()
+    # A redelivered prep or model message for a chunk already waiting for post.
+    assert prep_chunk.apply(args=(chunk_id,)).get() == {"chunk": chunk_id, "skipped": True}
+    assert model_chunk.apply(args=(chunk_id,)).get() == {"chunk": chunk_id, "skipped": True}
+    with session_scope(settings) as session:
+        assert session.get(Chunk, chunk_id).attempts == 1
+
+
 def test_a_late_duplicate_never_overwrites_a_finished_chunk(settings, gpu_chunk):
-    from tasks.chunks import _finish, _load
+    from db.queries import chunk_items
+    from laneway.isolate import Failure
+    from tasks.chunks import Work, _finish
 
     chunk_id, job_id = gpu_chunk
-    duplicate = _load(chunk_id)  # a second copy read the chunk while it was still open
+    with session_scope(settings) as session:  # a second copy read the chunk while open
+        chunk = session.get(Chunk, chunk_id)
+        items = [(i.idx, i.item_id, i.text) for i in chunk_items(session, chunk)]
+        duplicate = Work(chunk_id, job_id, ["classify"], ["a", "b"], items, 1)
     for stage in (prep_chunk, model_chunk, post_chunk):
         stage.apply(args=(chunk_id,)).get()
     good = _results(settings, job_id)
-    outcome = _finish(duplicate, [None] * len(duplicate.items), "SoftTimeLimitExceeded: late")
+    late = [Failure("SoftTimeLimitExceeded: late", "")] * len(items)
+    outcome = _finish(duplicate, [None] * len(items), late)
     assert outcome == {"chunk": chunk_id, "skipped": True}
     assert _results(settings, job_id) == good

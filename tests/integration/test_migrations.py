@@ -45,6 +45,7 @@ def test_upgrade_keeps_existing_jobs_and_downgrades(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.db'}"
     upgrade(url=url, revision="0001")
     engine = create_engine(url)
+    job_id = uuid.uuid4().hex
     try:
         with engine.begin() as conn:
             conn.execute(text("INSERT INTO accounts (name, type) VALUES ('old', 'standard')"))
@@ -54,15 +55,76 @@ def test_upgrade_keeps_existing_jobs_and_downgrades(tmp_path):
                     "total_items, succeeded_items, failed_items, chunk_size, model_seconds) "
                     "VALUES (:id, 1, 'classify', '[]', 'succeeded', 'cpu', 'api', 1, 1, 0, 1, 0.5)"
                 ),
-                {"id": uuid.uuid4().hex},
+                {"id": job_id},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO job_items (job_id, idx, item_id, text) VALUES (:id, 0, 'a', 'x')"
+                ),
+                {"id": job_id},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO chunks (job_id, seq, start, stop, queue, task_id, state, "
+                    "attempts) VALUES (:id, 0, 0, 1, 'cpu', 't', 'done', 1)"
+                ),
+                {"id": job_id},
             )
         upgrade(url=url)
         with engine.connect() as conn:
             tasks, pre = conn.execute(text("SELECT tasks, pre_seconds FROM jobs")).one()
+            # SQLite rebuilds altered tables: the job's items and chunks must survive it.
+            assert conn.execute(text("SELECT count(*) FROM job_items")).scalar() == 1
+            assert conn.execute(text("SELECT count(*) FROM chunks")).scalar() == 1
+            item = conn.execute(text("SELECT idx, pos, item_id FROM job_items")).one()
         assert tasks == '["classify"]' and pre == 0
+        assert tuple(item) == (0, 0, "a")  # copying tables never cascades into their rows
         command.downgrade(alembic_config(url=url), "0001")
         with engine.connect() as conn:
             assert conn.execute(text("SELECT task FROM jobs")).scalar() == "classify"
+            assert conn.execute(text("SELECT item_id FROM job_items")).scalar() == "a"
+        upgrade(url=url)
+        command.check(alembic_config(url=url))
+    finally:
+        engine.dispose()
+
+
+def test_accounts_security_keeps_accounts_keys_and_jobs(tmp_path):
+    """0002 -> head adds is_admin (false) and key names in place: SQLite must not copy and
+    drop `accounts`, which would cascade-delete every job; head -> 0002 round-trips."""
+    from sqlalchemy import text
+
+    url = f"sqlite:///{tmp_path / 'keys.db'}"
+    upgrade(url=url, revision="0002")
+    engine = create_engine(url)
+    rows = "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM api_keys)"
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("PRAGMA foreign_keys=ON"))
+            conn.execute(text("INSERT INTO accounts (name, type) VALUES ('old', 'standard')"))
+            conn.execute(
+                text(
+                    "INSERT INTO api_keys (account_id, prefix, key_hash) "
+                    "VALUES (1, 'lw_00000000', 'h')"
+                )
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, account_id, tasks, labels, status, lane, source, "
+                    "total_items, succeeded_items, failed_items, chunk_size, pre_seconds, "
+                    "model_seconds, post_seconds) VALUES (:id, 1, '[\"classify\"]', '[]', "
+                    "'queued', 'cpu', 'api', 1, 0, 0, 1, 0, 0, 0)"
+                ),
+                {"id": uuid.uuid4().hex},
+            )
+        upgrade(url=url)
+        with engine.connect() as conn:
+            assert conn.execute(text(rows)).one() == (1, 1)
+            assert conn.execute(text("SELECT is_admin FROM accounts")).scalar() == 0
+            assert conn.execute(text("SELECT name FROM api_keys")).scalar() is None
+        command.downgrade(alembic_config(url=url), "0002")
+        with engine.connect() as conn:
+            assert conn.execute(text(rows)).one() == (1, 1)
         upgrade(url=url)
         command.check(alembic_config(url=url))
     finally:

@@ -13,6 +13,11 @@ from db.queries import (
     create_account,
     create_job,
     finalize_job,
+    find_key,
+    key_prefix,
+    list_keys,
+    revoke_key,
+    rotate_key,
     upsert_results,
 )
 from laneway.planner import plan_chunks
@@ -34,15 +39,53 @@ def _job(session, n=10, size=4):
     return job
 
 
+def _end_chunks(session, job) -> None:
+    for chunk in session.scalars(select(Chunk).where(Chunk.job_id == job.id)):
+        chunk.state = "done"
+
+
 def test_keys_are_stored_hashed_and_checked(db_session):
     account, key = create_account(db_session, "keys", "trial")
-    second = add_api_key(db_session, account)
+    _, second = add_api_key(db_session, account)
     assert account_for_key(db_session, key).id == account.id
     assert account_for_key(db_session, second).id == account.id
     assert account_for_key(db_session, key[:-1] + ("x" if key[-1] != "x" else "y")) is None
     assert account_for_key(db_session, "nonsense") is None
     stored = [k.key_hash for k in db_session.get(Account, account.id).keys]
     assert key not in stored and all(len(h) == 64 for h in stored)
+
+
+def test_revoke_and_rotate_with_and_without_grace(db_session):
+    account, first = create_account(db_session, f"rot-{uuid.uuid4().hex[:8]}", "standard")
+    row = find_key(db_session, key_prefix(first))
+    row.name = "nightly"
+    new_row, second = rotate_key(db_session, row, grace_seconds=3600)
+    # Within the grace period both keys work; the new one keeps the old one's name.
+    assert account_for_key(db_session, first).id == account_for_key(db_session, second).id
+    assert new_row.name == "nightly" and new_row.prefix != row.prefix
+    assert new_row.prefix == key_prefix(second) and len(new_row.prefix) == 15
+    # Revoking now overrides the grace period; a later grace never revives a revoked key.
+    revoke_key(db_session, row)
+    assert account_for_key(db_session, first) is None
+    revoke_key(db_session, row, grace_seconds=3600)
+    assert account_for_key(db_session, first) is None
+    assert account_for_key(db_session, second).id == account.id
+    assert [k.prefix for k in list_keys(db_session, account.id)] == [row.prefix, new_row.prefix]
+
+
+def test_key_prefix_rejects_malformed_keys():
+    assert key_prefix("lw_0123456789ab_se_cr_et") == "lw_0123456789ab"
+    for bad in (
+        "",
+        "lw_",
+        "lw__x",
+        "lw_abc_",
+        "xx_abc_def",
+        "Bearer lw_abc",
+        "lw_\x00_x",
+        "lw_xyz_1",
+    ):
+        assert key_prefix(bad) is None
 
 
 def test_create_job_copies_items_and_plans_chunks(db_session):
@@ -86,8 +129,10 @@ def test_finalize_counts_and_happens_once(db_session):
             {"idx": 3, "item_id": "id-3", "label": None, "output": None, "error": "boom"},
         ],
     )
+    assert finalize_job(db_session, job.id) is None  # its chunks have not ended yet
     for chunk in db_session.scalars(select(Chunk).where(Chunk.job_id == job.id)):
         chunk.model_seconds = 0.5
+        chunk.state = "done"
     assert finalize_job(db_session, job.id) == "partial"
     assert finalize_job(db_session, job.id) is None  # a second callback changes nothing
     db_session.refresh(job)
@@ -104,6 +149,7 @@ def test_missing_results_count_as_failed(db_session):
         job.id,
         [{"idx": 0, "item_id": "id-0", "label": "a", "output": {}, "error": None}],
     )
+    _end_chunks(db_session, job)
     assert finalize_job(db_session, job.id) == "partial"
     db_session.refresh(job)
     assert (job.succeeded_items, job.failed_items) == (1, 1)
@@ -181,6 +227,7 @@ def test_jobs_without_classify_have_no_label_counts(db_session):
             for i, k in enumerate("ab")
         ],
     )
+    _end_chunks(db_session, job)
     assert finalize_job(db_session, job.id) == "succeeded"
     db_session.refresh(job)
     assert job.label_counts is None and job.succeeded_items == 2

@@ -1,65 +1,269 @@
-"""Beat's reconciler against the real Postgres and Redis: stalled chunks go round again."""
+"""Beat's reconciler against the real Postgres and Redis (no workers): what Postgres says
+should be happening is compared with what the broker and the heartbeats say is."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 import redis
-from sqlalchemy import select
+from sqlalchemy import func, select
 
-from db.models import Chunk, Job, Result
-from db.queries import chunks_of, create_account, create_job, utcnow
+from db.models import Chunk, DeadLetter, Job, JobEvent, Result, Worker
+from db.queries import utcnow
 from db.session import session_scope
-from laneway.planner import plan_chunks
-from tasks.maintenance import MAX_CHUNK_ATTEMPTS, finalize_orphaned_jobs, redispatch_stalled_chunks
+from tasks.broker import UNACKED, UNACKED_INDEX
+from tasks.lifecycle import attempt_limit, cancel_job, release_held_jobs
+from tasks.maintenance import finalize_orphaned_jobs, mark_dead_workers, recover_chunks
+from tests.broker import empty_queues
+from tests.factories import stored_job
 
 
-def _stalled_job(settings, attempts: int, started_ago: timedelta):
-    with session_scope(settings) as session:
-        account, _ = create_account(session, f"rec-{uuid.uuid4().hex[:8]}", "standard")
-        job = create_job(
-            session,
-            account_id=account.id,
-            tasks=["classify"],
-            labels=["a", "b"],
-            items=[("x", "one"), ("y", "two")],
-            lane="cpu",
-            chunks=plan_chunks(2, 2),
-            chunk_size=2,
-        )
-        chunk = chunks_of(session, job.id)[0]
-        chunk.state, chunk.attempts, chunk.worker = "running", attempts, "cpu@dead"
-        chunk.started_at = utcnow() - started_ago
-        return job.id, chunk.id, chunk.task_id
+@pytest.fixture
+def broker(settings):
+    """This run's Redis db with empty queues: the reconciler reads what the broker holds."""
+    empty_queues(settings, unacked=True)
+    yield redis.Redis.from_url(settings.redis_url)
+    empty_queues(settings, unacked=True)
 
 
-def _queued_ids(settings, queue: str) -> set[str]:
-    messages = redis.Redis.from_url(settings.redis_url).lrange(queue, 0, -1)
-    return {json.loads(m)["headers"]["id"] for m in messages}
+def make_job(settings, n_items=2, chunk_size=2, status="running", held=False):
+    texts = [f"text number {n}" for n in range(n_items)]
+    job_id, chunk_ids = stored_job(settings, texts, chunk_size=chunk_size, held=held)
+    if not held:
+        with session_scope(settings) as session:
+            session.get(Job, job_id).status = status
+    return job_id, chunk_ids
 
 
-def test_a_chunk_running_past_the_visibility_timeout_is_sent_again(settings, migrated):
-    job_id, chunk_id, old_task = _stalled_job(settings, 1, timedelta(hours=3))
-    fresh_job, fresh_chunk, _ = _stalled_job(settings, 1, timedelta(seconds=5))
-    outcome = redispatch_stalled_chunks()
-    assert chunk_id in outcome["redispatched"] and fresh_chunk not in outcome["redispatched"]
+def set_chunk(settings, chunk_id, **values):
     with session_scope(settings) as session:
         chunk = session.get(Chunk, chunk_id)
-        assert chunk.state == "queued" and chunk.worker is None and chunk.task_id != old_task
-        new_task = chunk.task_id
-        assert session.get(Chunk, fresh_chunk).state == "running"  # may still be alive
-    assert new_task in _queued_ids(settings, "cpu")
-    # A second reconciler run (or a second beat) finds nothing more to do for it.
-    assert chunk_id not in redispatch_stalled_chunks()["redispatched"]
+        for name, value in values.items():
+            setattr(chunk, name, value)
+        return chunk.task_id
 
 
-def test_a_chunk_out_of_attempts_fails_its_items_and_the_job_ends(settings, migrated):
-    job_id, chunk_id, _ = _stalled_job(settings, MAX_CHUNK_ATTEMPTS, timedelta(hours=3))
-    assert chunk_id in redispatch_stalled_chunks()["failed"]
-    assert str(job_id) in finalize_orphaned_jobs()
+def get_chunk(settings, chunk_id) -> Chunk:
     with session_scope(settings) as session:
-        errors = session.scalars(select(Result.error).where(Result.job_id == job_id)).all()
-        assert len(errors) == 2 and all("gave up after" in e for e in errors)
+        chunk = session.get(Chunk, chunk_id)
+        session.expunge(chunk)
+        return chunk
+
+
+def live_worker(settings, seen_ago: float = 0.0) -> str:
+    instance = f"test/{uuid.uuid4().hex[:8]}"
+    with session_scope(settings) as session:
+        session.add(
+            Worker(
+                id=instance,
+                hostname="cpu@test",
+                queues=["cpu"],
+                device="cpu",
+                pid=1,
+                last_seen_at=utcnow() - timedelta(seconds=seen_ago),
+            )
+        )
+    return instance
+
+
+def waiting_ids(r, queue="cpu") -> set[str]:
+    return {json.loads(m)["headers"]["id"] for m in r.lrange(queue, 0, -1)}
+
+
+def push_message(r, task_id: str, queue="cpu") -> None:
+    r.lpush(queue, json.dumps({"headers": {"id": task_id, "task": "laneway.run_chunk"}}))
+
+
+def deliver_message(r, task_id: str, queue="cpu", delivered_ago: float = 0.0) -> None:
+    """What kombu writes when a worker takes a message and has not acknowledged it yet."""
+    tag = uuid.uuid4().hex
+    message = {"headers": {"id": task_id, "task": "laneway.run_chunk"}}
+    r.hset(UNACKED, tag, json.dumps([message, "", queue]))
+    r.zadd(UNACKED_INDEX, {tag: time.time() - delivered_ago})
+
+
+LONG_AGO = timedelta(hours=1)
+
+
+def test_a_queued_chunk_whose_message_was_lost_is_sent_again(settings, migrated, broker):
+    _, (chunk_id,) = make_job(settings)
+    old = set_chunk(settings, chunk_id, queued_at=utcnow() - LONG_AGO)
+    assert chunk_id in recover_chunks(settings)["redispatched"]
+    chunk = get_chunk(settings, chunk_id)
+    assert chunk.state == "queued" and chunk.task_id != old
+    assert chunk.last_error == "its broker message was lost"
+    assert chunk.task_id in waiting_ids(broker)
+    # The new message is in the broker: the next round (or a second beat) leaves it be.
+    set_chunk(settings, chunk_id, queued_at=utcnow() - LONG_AGO)
+    assert chunk_id not in recover_chunks(settings)["redispatched"]
+
+
+def test_queued_chunks_with_a_message_or_just_sent_are_left_alone(settings, migrated, broker):
+    _, (waiting,) = make_job(settings)
+    _, (delivered,) = make_job(settings)
+    _, (fresh,) = make_job(settings)
+    push_message(broker, set_chunk(settings, waiting, queued_at=utcnow() - LONG_AGO))
+    deliver_message(broker, set_chunk(settings, delivered, queued_at=utcnow() - LONG_AGO))
+    set_chunk(settings, fresh)  # queued just now: its job may not have been sent yet
+    assert not {waiting, delivered, fresh} & set(recover_chunks(settings)["redispatched"])
+
+
+def test_a_message_delivered_long_ago_to_a_chunk_never_started_counts_as_lost(
+    settings, migrated, broker
+):
+    _, (chunk_id,) = make_job(settings)
+    task_id = set_chunk(settings, chunk_id, queued_at=utcnow() - LONG_AGO)
+    limit = settings.chunk_timeout_for("cpu")
+    deliver_message(broker, task_id, delivered_ago=limit + 120)  # its holder died unstarted
+    assert chunk_id in recover_chunks(settings)["redispatched"]
+
+
+def test_a_running_chunk_whose_worker_stopped_beating_is_sent_again(settings, migrated, broker):
+    _, (dead_chunk,) = make_job(settings)
+    _, (live_chunk,) = make_job(settings)
+    dead = live_worker(settings, seen_ago=settings.worker_dead_after + 5)
+    alive = live_worker(settings)
+    for chunk_id, instance in ((dead_chunk, dead), (live_chunk, alive)):
+        task_id = set_chunk(
+            settings,
+            chunk_id,
+            state="running",
+            attempts=1,
+            worker_instance=instance,
+            started_at=utcnow(),
+        )
+        deliver_message(broker, task_id)  # the message stays unacked with its holder
+    sent = recover_chunks(settings)["redispatched"]
+    assert dead_chunk in sent and live_chunk not in sent
+    assert get_chunk(settings, dead_chunk).last_error == "its worker stopped beating"
+    assert get_chunk(settings, live_chunk).state == "running"
+    assert dead in mark_dead_workers(settings)
+    with session_scope(settings) as session:
+        assert session.get(Worker, dead).stop_reason == "heartbeat lost"
+        assert session.get(Worker, alive).stopped_at is None
+
+
+def test_a_running_chunk_past_its_time_limit_without_a_message_is_sent_again(
+    settings, migrated, broker
+):
+    alive = live_worker(settings)
+    _, (ended,) = make_job(settings)
+    _, (requeued,) = make_job(settings)
+    past = utcnow() - timedelta(seconds=settings.chunk_timeout_for("cpu") + 60)
+    for chunk_id in (ended, requeued):
+        set_chunk(settings, chunk_id, state="running", worker_instance=alive, started_at=past)
+    # The second chunk's message went back to the queue (its child process died).
+    push_message(broker, get_chunk(settings, requeued).task_id)
+    sent = recover_chunks(settings)["redispatched"]
+    assert ended in sent and requeued not in sent
+    assert get_chunk(settings, ended).last_error == "it outlived its time limit"
+
+
+def test_a_chunk_that_keeps_killing_its_workers_is_split_down_to_the_item(
+    settings, migrated, broker
+):
+    job_id, (chunk_id,) = make_job(settings, n_items=2, chunk_size=2)
+    limit = attempt_limit(settings)
+    set_chunk(settings, chunk_id, state="running", attempts=limit, started_at=utcnow())
+    assert chunk_id in recover_chunks(settings)["split"]
+    with session_scope(settings) as session:
+        halves = session.scalars(select(Chunk).where(Chunk.parent_id == chunk_id)).all()
+        assert session.get(Chunk, chunk_id).state == "split"
+        assert sorted((c.start, c.stop, c.state, c.attempts) for c in halves) == [
+            (0, 1, "queued", 0),
+            (1, 2, "queued", 0),
+        ]
+        half_ids = [c.id for c in halves]
+        task_ids = {c.task_id for c in halves}
+    assert task_ids <= waiting_ids(broker)
+    # One half dies too often as well: alone, its item fails with a dead letter.
+    set_chunk(settings, half_ids[0], state="running", attempts=limit, started_at=utcnow())
+    set_chunk(settings, half_ids[1], state="done")
+    assert half_ids[0] in recover_chunks(settings)["split"]
+    with session_scope(settings) as session:
+        assert session.get(Chunk, half_ids[0]).state == "failed"
+        letter = session.scalars(select(DeadLetter).where(DeadLetter.job_id == job_id)).one()
+        assert letter.kind == "item" and letter.attempts == limit
+        result = session.scalars(select(Result).where(Result.job_id == job_id)).one()
+        assert "its worker stopped beating" in result.error
+        # The job settled as the last chunk ended: one item failed, one has no result.
         assert session.get(Job, job_id).status == "failed"
+
+
+def test_a_cancelled_jobs_stalled_chunk_is_cancelled_not_sent(settings, migrated, broker):
+    job_id, (running, queued) = make_job(settings, n_items=4, chunk_size=2)
+    set_chunk(settings, running, state="running", started_at=utcnow())  # no live worker
+    assert cancel_job(job_id, settings) == "cancelling"
+    assert get_chunk(settings, queued).state == "cancelled"
+    assert running in recover_chunks(settings)["cancelled"]
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        assert (job.status, job.cancelled_items, job.failed_items) == ("cancelled", 4, 0)
+    assert not {get_chunk(settings, c).task_id for c in (running, queued)} & waiting_ids(broker)
+
+
+def test_orphaned_jobs_are_finalized_once(settings, migrated, broker):
+    job_id, (chunk_id,) = make_job(settings)
+    set_chunk(settings, chunk_id, state="done")
+    first = [finalize_orphaned_jobs(settings) for _ in range(2)]
+    assert str(job_id) in first[0] and str(job_id) not in first[1]
+    with session_scope(settings) as session:
+        events = session.scalars(
+            select(JobEvent.kind).where(JobEvent.job_id == job_id, JobEvent.kind == "finalized")
+        ).all()
+        assert events == ["finalized"]
+        assert session.get(Job, job_id).status == "failed"  # no item has a result
+
+
+def test_two_reconcilers_at_once_send_each_lost_chunk_once(settings, migrated, broker):
+    chunk_ids = []
+    for _ in range(6):
+        _, (chunk_id,) = make_job(settings)
+        set_chunk(settings, chunk_id, queued_at=utcnow() - LONG_AGO)
+        chunk_ids.append(chunk_id)
+    outcomes: list[list[int]] = []
+    barrier = threading.Barrier(2)
+
+    def run() -> None:
+        barrier.wait()
+        outcomes.append(recover_chunks(settings)["redispatched"])
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sent = outcomes[0] + outcomes[1]
+    assert len(sent) == len(set(sent))  # no chunk sent by both
+    assert set(chunk_ids) <= set(sent)
+    assert broker.llen("cpu") == len(sent)
+
+
+def test_held_jobs_are_released_oldest_first_when_the_lane_has_room(settings, migrated, broker):
+    tight = replace(settings, lane_limit_cpu=2)
+    first, first_chunks = make_job(settings, n_items=4, chunk_size=2, held=True)
+    second, _ = make_job(settings, n_items=2, chunk_size=2, held=True)
+    for _ in range(2):
+        push_message(broker, str(uuid.uuid4()))  # the lane is full
+    assert release_held_jobs(tight) == []
+    broker.delete("cpu")
+    # Room for one job: the oldest goes first, and the second waits (2 + 2 >= 2).
+    assert release_held_jobs(tight) == [str(first)]
+    with session_scope(settings) as session:
+        assert session.get(Job, first).status == "queued"
+        assert session.get(Job, second).status == "held"
+        states = session.scalars(select(Chunk.state).where(Chunk.job_id == first)).all()
+        assert states == ["queued", "queued"]
+        assert (
+            session.scalar(
+                select(func.count()).where(JobEvent.job_id == first, JobEvent.kind == "released")
+            )
+            == 1
+        )
+    assert {get_chunk(settings, c).task_id for c in first_chunks} <= waiting_ids(broker)

@@ -42,3 +42,22 @@ def test_zero_shot_picks_the_obvious_label(encoder):
 
 def test_clean_normalizes_unicode_and_whitespace():
     assert clean("cafe\u0301\t\x00 ok\n\nthere ") == "caf\u00e9 ok there"
+
+
+def test_a_stop_check_interrupts_the_model_stage_between_micro_batches():
+    import torch
+
+    from inference.batching import Interrupted, Prepared, interruptible, run_batches
+
+    prepared = Prepared(n=3, batches=[([i], {"x": torch.tensor([[float(i)]])}) for i in range(3)])
+    seen = []
+
+    def forward(inputs):
+        seen.append(int(inputs["x"].item()))
+        return inputs["x"]
+
+    asked = iter([False, False, True])
+    with interruptible(lambda: next(asked)), pytest.raises(Interrupted):
+        run_batches(prepared, forward, torch.device("cpu"))
+    assert seen == [0, 1]  # the third batch never ran
+    assert len(run_batches(prepared, forward, torch.device("cpu"))) == 3  # no check outside

@@ -1,8 +1,19 @@
+import gzip
+import io
+
 import pytest
 
-from laneway.inputs import InputError, Limits, parse_bytes, parse_json_items, parse_labels
+from laneway.inputs import InputError, Limits, file_items, json_items, parse_labels
 
 LIMITS = Limits(max_items=5, max_text_chars=50)
+
+
+def parse_json_items(raw, limits):
+    return [(i, t) for i, t, _ in json_items(raw, limits).rows]
+
+
+def parse_bytes(filename, data, limits):
+    return [(i, t) for i, t, _ in file_items(filename, io.BytesIO(data), limits).rows]
 
 
 def test_json_items_become_id_text_pairs():
@@ -13,13 +24,11 @@ def test_json_items_become_id_text_pairs():
 @pytest.mark.parametrize(
     "items,message",
     [
-        ([], "no items"),
         ("nope", "must be a list"),
         ([{"text": "x"}], r"items\[0\]: 'id' is missing"),
         ([{"id": "a", "text": 3}], r"items\[0\]: 'text' must be a string"),
         ([{"id": "a", "text": "  "}], "'text' is empty"),
         ([{"id": "a", "text": "x" * 51}], "LANEWAY_MAX_TEXT_CHARS"),
-        ([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}], r"items\[1\]: duplicate id 'a'"),
         ([{"id": str(i), "text": "x"} for i in range(6)], "LANEWAY_MAX_ITEMS"),
         ([["a", "b"]], "must be an object"),
         ([{"id": True, "text": "x"}], "'id' must be a string"),
@@ -91,9 +100,78 @@ def test_absurd_jsonl_lines_are_input_errors():
     with pytest.raises(InputError, match="line 1: not valid JSON"):
         parse_bytes("x.jsonl", b'{"id": ' + b"9" * 5000 + b', "text": "x"}\n', LIMITS)
     with pytest.raises(InputError, match="line 1: not valid JSON"):
-        parse_bytes("x.jsonl", b"[" * 100_000 + b"\n", LIMITS)
+        parse_bytes("x.jsonl", b"[" * 100_000 + b"\n", Limits(5, max_text_chars=20_000))
 
 
 def test_a_file_ending_mid_character_is_refused():
     with pytest.raises(InputError, match="ends mid-character"):
         parse_bytes("x.csv", b"id,text\n1,caf\xc3", LIMITS)
+
+
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"", r"not a valid JSON object: Expecting value \(line 1, column 1\)"),
+        (b'{"items": [}', r"line 1, column 12"),
+        (b'{"items": "\xff"}', r"not valid UTF-8 \(byte 11\)"),
+        (b"[1, 2]", "must be a JSON object, not a JSON array"),
+        (b'"items"', "not a JSON string"),
+        (b"null", "not a JSON null"),
+        (b"1" * 5000, "not a valid JSON object"),
+        (b"[" * 100_000, "nested too deeply"),
+        (b'{"items": [], "lables": ["a"]}', "unknown field 'lables'; known fields: items, labels"),
+    ],
+)
+def test_json_body_problems_are_named(data, message):
+    from laneway.inputs import parse_json_body
+
+    with pytest.raises(InputError, match=message):
+        parse_json_body(data, ("items", "labels"))
+
+
+def test_json_body_in_utf16_is_read():
+    from laneway.inputs import parse_json_body
+
+    assert parse_json_body('{"items": "é"}'.encode("utf-16"), ("items",)) == {"items": "é"}
+
+
+def test_item_limit_message_names_the_account_types_setting():
+    limits = Limits(max_items=1, max_text_chars=50, max_items_setting="LANEWAY_MAX_ITEMS_DEMO")
+    with pytest.raises(InputError, match=r"items\[1\]: more than 1 items.*LANEWAY_MAX_ITEMS_DEMO"):
+        parse_json_items([{"id": "a", "text": "x"}, {"id": "b", "text": "y"}], limits)
+
+
+def test_items_are_read_lazily_with_their_places():
+    """Nothing is read until the rows are consumed; each row carries its line."""
+    stream = io.BytesIO(b'id,text\n1,a\n\n2,"two\nlines"\n3,c\n')
+    items = file_items("x.csv", stream, LIMITS)
+    assert stream.tell() == 0
+    assert list(items.rows) == [("1", "a", 2), ("2", "two\nlines", 5), ("3", "c", 6)]
+    assert items.at(5) == "line 5"
+    assert json_items([{"id": 1, "text": "a"}], LIMITS).at(0) == "items[0]"
+
+
+def test_gzipped_files_are_read_through():
+    data = gzip.compress(b'{"id": "a", "text": "hello"}\n{"id": "b", "text": "bye"}\n')
+    assert parse_bytes("x.jsonl.gz", data, LIMITS) == [("a", "hello"), ("b", "bye")]
+    assert parse_bytes("X.CSV.GZ", gzip.compress(b"id,text\n1,a\n"), LIMITS) == [("1", "a")]
+
+
+def test_truncated_and_corrupt_gzip_files_are_input_errors():
+    data = gzip.compress(b"".join(b'{"id": "%d", "text": "x"}\n' % i for i in range(3)))
+    with pytest.raises(InputError, match="gzip file ends early"):
+        parse_bytes("x.jsonl.gz", data[:-10], LIMITS)
+    with pytest.raises(InputError, match="line 1: not a valid gzip file"):
+        parse_bytes("x.csv.gz", b"id,text\n1,a\n", LIMITS)
+
+
+def test_the_item_limit_names_its_setting():
+    limits = Limits(max_items=2, max_text_chars=50, max_items_setting="LANEWAY_INBOX_MAX_ITEMS")
+    with pytest.raises(InputError, match="line 4: more than 2 items.*LANEWAY_INBOX_MAX_ITEMS"):
+        parse_bytes("x.csv", b"id,text\n1,a\n2,b\n3,c\n", limits)
+
+
+def test_an_endless_line_is_refused_without_reading_it_whole():
+    limits = Limits(max_items=5, max_text_chars=10)
+    with pytest.raises(InputError, match="line 2: longer than"):
+        parse_bytes("x.jsonl", b'{"id": 1, "text": "a"}\n' + b"x" * 200_000, limits)

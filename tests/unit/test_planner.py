@@ -35,3 +35,99 @@ def test_chunks_cover_every_item_once(n, size):
 def test_chunk_size_must_be_positive():
     with pytest.raises(ValueError):
         plan_chunks(10, 0)
+
+
+# --- routing from measured costs -------------------------------------------------------
+
+from laneway.planner import LaneStats, LiveLanes, Prices, estimate, route  # noqa: E402
+
+# A CPU worker at 140 items/s for all stages; a GPU worker at 4,000 items/s in the model
+# stage with 0.1 ms of CPU pre/post per item; a 20 s cold start.
+STATS = LaneStats(
+    cpu_items_per_second=140.0,
+    cpu_seconds_per_item=1 / 140,
+    gpu_items_per_second=4000.0,
+    gpu_model_seconds_per_item=1 / 4000,
+    gpu_cpu_seconds_per_item=0.0001,
+    gpu_device="cuda",
+    cold_start_seconds=20.0,
+)
+PRICES = Prices(cpu_second=0.0002, gpu_second=0.0015, gpu_idle_timeout=300)
+WARM = LiveLanes(cpu_workers=2, gpu_workers_up=1, gpu_devices=1)
+COLD = LiveLanes(cpu_workers=2, gpu_workers_up=0, gpu_devices=1)
+
+
+def decide(n, live=WARM, stats=STATS, deadline=900, account="standard"):
+    return route(
+        account,
+        n,
+        gpu_threshold=500,
+        deadline=deadline,
+        stats=stats,
+        live=live,
+        prices=PRICES,
+    )
+
+
+def test_without_measurements_the_threshold_decides_and_says_so():
+    small, big = decide(100, stats=None), decide(10_000, stats=None)
+    assert (small.lane, big.lane) == ("cpu", "gpu")
+    assert small.policy == big.policy == "threshold"
+    assert "LANEWAY_GPU_THRESHOLD=500" in big.reason and big.inputs["stats"] is None
+
+
+def test_interactive_accounts_stay_on_cpu_whatever_the_cost():
+    for account in ("demo", "trial"):
+        routing = decide(1_000_000, account=account, deadline=None)
+        assert (routing.lane, routing.policy) == ("cpu", "account")
+
+
+def test_a_warm_gpu_is_cheaper_per_item_and_takes_the_job():
+    routing = decide(10_000)
+    assert (routing.lane, routing.policy) == ("gpu", "measured")
+    est = routing.estimates
+    assert est["gpu"]["cost"] < est["cpu"]["cost"] and est["gpu"]["scale_up_cost"] == 0
+    assert "cheaper" in routing.reason
+    assert routing.inputs["live"]["gpu_workers_up"] == 1  # the decision shows its inputs
+
+
+def test_a_cold_start_makes_small_jobs_cheaper_on_cpu_and_big_ones_on_gpu():
+    # From zero, a GPU is paid for its cold start and its idle tail (300 s) too.
+    small = decide(2_000, live=COLD)
+    assert small.lane == "cpu"
+    assert small.estimates["gpu"]["scale_up_cost"] == pytest.approx((20 + 300) * 0.0015)
+    assert small.estimates["gpu"]["seconds"] > 20  # the cold start is in the time too
+    big = decide(1_000_000, live=COLD, deadline=8 * 3600)
+    assert big.lane == "gpu"
+
+
+def test_a_deadline_the_cpu_lane_cannot_meet_sends_the_job_to_the_gpu():
+    # 20,000 items: ~71 s on two cpu workers, ~25 s on a gpu from zero; cpu is cheaper.
+    relaxed = decide(20_000, live=COLD, deadline=3600)
+    tight = decide(20_000, live=COLD, deadline=60)
+    assert relaxed.lane == "cpu" and tight.lane == "gpu"
+    assert "only lane within the 60 s deadline" in tight.reason
+
+
+def test_when_no_lane_meets_the_deadline_the_faster_one_wins():
+    routing = decide(1_000_000, live=COLD, deadline=10)
+    assert routing.lane == "gpu" and "neither lane meets" in routing.reason
+
+
+def test_a_fleet_without_gpu_devices_routes_to_cpu():
+    none = LiveLanes(cpu_workers=1, gpu_workers_up=0, gpu_devices=0)
+    assert decide(1_000_000, live=none).lane == "cpu"
+
+
+def test_a_gpu_lane_running_on_cpu_fallback_is_priced_at_the_cpu_price():
+    fallback = LaneStats(**{**STATS.__dict__, "gpu_device": "cpu", "cold_start_seconds": None})
+    est = estimate(1000, fallback, WARM, PRICES)
+    per_item = 1 / 4000 * PRICES.cpu_second + 0.0001 * PRICES.cpu_second
+    assert est["gpu"]["cost"] == pytest.approx(1000 * per_item, rel=1e-3)
+
+
+def test_backlog_counts_toward_completion_time():
+    busy = LiveLanes(cpu_workers=2, gpu_workers_up=1, gpu_devices=1, cpu_backlog_items=28_000)
+    assert estimate(1000, STATS, busy, PRICES)["cpu"]["seconds"] == pytest.approx(
+        29_000 / 280, abs=0.01
+    )

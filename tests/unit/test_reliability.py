@@ -19,14 +19,25 @@ def test_every_laneway_task_is_registered():
         "laneway.post_chunk",
         "laneway.aggregate_job",
         "laneway.reconcile",
+        "laneway.send_alert",
+        "laneway.scan_inbox",
+        "laneway.write_outbox",
+        "laneway.notify_webhook",
     } <= set(LANEWAY_TASKS)
+
+
+def test_maintenance_tasks_never_wait_behind_chunks():
+    routes = celery_config(Settings.from_env({}))["task_routes"]
+    for name in ("laneway.aggregate_job", "laneway.reconcile", "laneway.send_alert"):
+        assert routes[name] == {"queue": "maintenance"}
 
 
 @pytest.mark.parametrize("name", LANEWAY_TASKS)
 def test_tasks_ack_late_requeue_on_worker_loss_and_retry_transient_errors(name):
     task = app.tasks[name]
     assert task.acks_late and task.reject_on_worker_lost
-    assert task.autoretry_for == TRANSIENT_ERRORS
+    # Every task retries transient errors; the webhook notice also retries a webhook's own.
+    assert set(TRANSIENT_ERRORS) <= set(task.autoretry_for)
     assert task.retry_backoff and task.retry_jitter and task.max_retries >= 3
 
 
@@ -45,16 +56,31 @@ def test_visibility_timeout_outlasts_a_waiting_and_a_running_chunk(timeout):
     assert celery_config(settings)["worker_prefetch_multiplier"] == 1
 
 
-def test_dispatched_chunks_carry_their_time_limits():
-    from tasks.dispatch import chunk_signature
+class FakeChunk:  # the attributes a signature needs, no database
+    def __init__(self, stage: str) -> None:
+        self.id, self.task_id, self.stage = 7, "t-7", stage
 
-    class FakeChunk:  # the two attributes a signature needs, no database
-        id, task_id = 7, "t-7"
 
-    cpu = chunk_signature(FakeChunk(), "cpu", 30)
+def test_dispatched_chunks_carry_their_lanes_time_limits():
+    from tasks.dispatch import chunk_signature, chunk_task_ids
+
+    settings = Settings.from_env({"LANEWAY_CHUNK_TIMEOUT": "30", "LANEWAY_CHUNK_TIMEOUT_GPU": "90"})
+    cpu = chunk_signature(FakeChunk("run"), "cpu", settings)
     assert cpu.options["time_limit"] == 30 and cpu.options["soft_time_limit"] == 27
     assert cpu.options["queue"] == "cpu" and cpu.options["task_id"] == "t-7"
-    prep, model, post = chunk_signature(FakeChunk(), "gpu", 30).tasks
+    prep, model, post = chunk_signature(FakeChunk("prep"), "gpu", settings).tasks
     assert [s.options["queue"] for s in (prep, model, post)] == ["cpu", "gpu", "cpu"]
-    assert all(s.options["time_limit"] == 30 for s in (prep, model, post))
+    assert all(s.options["time_limit"] == 90 for s in (prep, model, post))
+    assert [s.options["task_id"] for s in (prep, model, post)] == chunk_task_ids("t-7", "gpu")
     assert model.options["task_id"] == "t-7"
+    # The visibility timeout outlasts the longest lane.
+    assert celery_config(settings)["broker_transport_options"]["visibility_timeout"] > 180
+
+
+def test_a_gpu_chunk_is_sent_again_from_the_stage_it_reached():
+    from tasks.dispatch import chunk_signature
+
+    settings = Settings.from_env({})
+    assert chunk_signature(FakeChunk("post"), "gpu", settings).task == "laneway.post_chunk"
+    model, post = chunk_signature(FakeChunk("model"), "gpu", settings).tasks
+    assert (model.task, post.task) == ("laneway.model_chunk", "laneway.post_chunk")

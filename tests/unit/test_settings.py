@@ -89,3 +89,137 @@ def test_model_path_names_the_default_models_directory(tmp_path):
     )
     with pytest.raises(SettingsError, match="LANEWAY_MODEL_PATH"):
         Settings.from_env({"LANEWAY_MODEL_PATH": str(tmp_path / "missing")})
+
+
+def test_reliability_settings_and_their_derived_timeouts():
+    s = Settings.from_env(
+        {
+            "LANEWAY_CHUNK_TIMEOUT": "30",
+            "LANEWAY_CHUNK_TIMEOUT_GPU": "120",
+            "LANEWAY_RECONCILE_INTERVAL": "5",
+            "LANEWAY_LANE_LIMIT_GPU": "50",
+            "LANEWAY_FAULTS": "poison",
+            "LANEWAY_ALERT_WEBHOOK_URL": "https://hooks.example/services/T/B/x",
+        }
+    )
+    assert (s.chunk_timeout_for("cpu"), s.chunk_timeout_for("gpu")) == (30, 120)
+    assert s.longest_chunk_timeout == 120
+    assert (s.lane_limit("cpu"), s.lane_limit("gpu")) == (2000, 50)
+    assert s.faults == ("poison",) and s.redispatch_after == 30
+    assert "hooks.example" not in repr(s)  # the webhook URL is a secret
+
+
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("LANEWAY_FAULTS", "poison,meteor"),
+        ("LANEWAY_ALERT_WEBHOOK_URL", "ftp://x"),
+        ("LANEWAY_CHUNK_TIMEOUT_GPU", "2"),
+        ("LANEWAY_MAX_CHUNK_ATTEMPTS", "0"),
+        ("LANEWAY_LANE_LIMIT_CPU", "none"),
+    ],
+)
+def test_malformed_reliability_settings_name_the_variable(var, value):
+    with pytest.raises(SettingsError, match=var):
+        Settings.from_env({var: value})
+
+
+def test_account_limits_per_type_and_their_ceilings():
+    s = Settings.from_env({})
+    assert s.limits_for("standard").rate_limit == "1000/minute"
+    assert s.limits_for("demo").max_items < s.limits_for("trial").max_items < s.max_items
+    assert s.limits_for("enterprise").max_upload_bytes == s.max_upload_bytes
+    s = Settings.from_env(
+        {
+            "LANEWAY_MAX_ITEMS": "50",
+            "LANEWAY_RATE_LIMIT_TRIAL": "10/second;200/hour",
+            "LANEWAY_MAX_UPLOAD_BYTES_DEMO": "4096",
+            "LANEWAY_RATE_LIMIT_ANONYMOUS": "5/minute",
+        }
+    )
+    # A default above a lowered ceiling follows the ceiling.
+    assert {s.limits_for(t).max_items for t in ("demo", "trial", "standard")} == {50}
+    assert s.limits_for("trial").rate_limit == "10/second;200/hour"
+    assert s.limits_for("demo").max_upload_bytes == 4096
+    assert s.anonymous_rate_limit == "5/minute"
+
+
+@pytest.mark.parametrize(
+    "env,message",
+    [
+        ({"LANEWAY_RATE_LIMIT_STANDARD": "lots"}, "LANEWAY_RATE_LIMIT_STANDARD must be a rate"),
+        ({"LANEWAY_RATE_LIMIT_ANONYMOUS": "5 per fortnight"}, "LANEWAY_RATE_LIMIT_ANONYMOUS"),
+        ({"LANEWAY_MAX_ITEMS_DEMO": "0"}, "LANEWAY_MAX_ITEMS_DEMO must be at least 1"),
+        (
+            {"LANEWAY_MAX_ITEMS": "10", "LANEWAY_MAX_ITEMS_ENTERPRISE": "20"},
+            r"LANEWAY_MAX_ITEMS_ENTERPRISE \(20\) is above LANEWAY_MAX_ITEMS",
+        ),
+        ({"LANEWAY_MAX_UPLOAD_BYTES_TRIAL": "1e6"}, "LANEWAY_MAX_UPLOAD_BYTES_TRIAL"),
+        ({"LANEWAY_SECRET_KEY": "short"}, "LANEWAY_SECRET_KEY must be at least 32"),
+        ({"LANEWAY_SECURE_COOKIES": "sometimes"}, "LANEWAY_SECURE_COOKIES"),
+    ],
+)
+def test_bad_security_settings_name_the_variable(env, message):
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)
+
+
+def test_secret_key_and_cookie_settings():
+    key = "k" * 40
+    s = Settings.from_env({"LANEWAY_SECRET_KEY": key, "LANEWAY_SECURE_COOKIES": "false"})
+    assert s.secret_key == key and s.secure_cookies is False
+    assert key not in repr(s)
+    assert Settings.from_env({}).secure_cookies is True
+
+
+@pytest.mark.parametrize(
+    "var,url",
+    [
+        ("LANEWAY_DATABASE_URL", "mysql://laneway:hunter2secret@db/laneway"),
+        ("LANEWAY_REDIS_URL", "http://:hunter2secret@cache:6379/0"),
+    ],
+)
+def test_a_rejected_url_is_named_without_its_password(var, url):
+    with pytest.raises(SettingsError, match=var) as caught:
+        Settings.from_env({var: url})
+    assert "hunter2secret" not in str(caught.value) and ":***@" in str(caught.value)
+
+
+def test_inbox_settings_and_their_defaults(tmp_path):
+    s = Settings.from_env({"LANEWAY_HOME": str(tmp_path)})
+    assert (s.inbox_dir, s.outbox_dir) == (tmp_path / "inbox", tmp_path / "outbox")
+    assert (s.inbox_schedule, s.inbox_settle, s.inbox_tasks) == ("0 2 * * *", 60, ("classify",))
+    s = Settings.from_env(
+        {
+            "LANEWAY_INBOX_DIR": str(tmp_path / "drop"),
+            "LANEWAY_OUTBOX_DIR": str(tmp_path / "pickup"),
+            "LANEWAY_INBOX_SCHEDULE": "*/5  1-3 * * mon-fri",
+            "LANEWAY_INBOX_SETTLE": "0",
+            "LANEWAY_INBOX_TASKS": "classify, score",
+        }
+    )
+    assert (s.inbox_dir, s.outbox_dir) == (tmp_path / "drop", tmp_path / "pickup")
+    assert s.inbox_schedule == "*/5 1-3 * * mon-fri"
+    assert (s.inbox_settle, s.inbox_tasks) == (0, ("classify", "score"))
+
+
+@pytest.mark.parametrize(
+    "var,value,message",
+    [
+        ("LANEWAY_INBOX_SCHEDULE", "0 2 * *", "five fields"),
+        ("LANEWAY_INBOX_SCHEDULE", "0 25 * * *", "not a valid crontab"),
+        ("LANEWAY_INBOX_SCHEDULE", "0 0 31 2 *", "not a valid crontab"),
+        ("LANEWAY_INBOX_SETTLE", "-1", "at least 0"),
+        ("LANEWAY_INBOX_MAX_ITEMS", "many", "integer"),
+        ("LANEWAY_INBOX_TASKS", "classify,translate", "distinct tasks"),
+    ],
+)
+def test_malformed_inbox_settings_name_the_variable(var, value, message):
+    with pytest.raises(SettingsError, match=f"{var}.*{message}"):
+        Settings.from_env({var: value})
+
+
+def test_an_inbox_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SettingsError, match="LANEWAY_INBOX_DIR must be a folder"):
+        Settings.from_env({"LANEWAY_INBOX_DIR": str(tmp_path / "file")})

@@ -1,0 +1,60 @@
+"""Keep secrets out of logs: API keys, Authorization values, URL passwords, webhook URLs.
+
+`install_redaction()` wraps the logging record factory, so every record of every logger
+in the process (gunicorn's access and error logs, Flask's, Celery's, ours) is redacted
+once, when it is made, whatever handlers and formatters are configured later.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+from typing import Any
+
+REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # An API key keeps its public prefix (it names the key) and loses its secret.
+    (re.compile(r"\b(lw_[0-9a-f]{6,16})_[A-Za-z0-9_\-]+"), r"\1_***"),
+    # Authorization values ("Basic" only capitalized: the English word is common in logs).
+    (re.compile(r"\b([Bb][Ee][Aa][Rr][Ee][Rr]|Basic)(\s+)[A-Za-z0-9._~+/\-]{8,}=*"), r"\1\2***"),
+    # scheme://user:password@host: database and broker URLs.
+    (re.compile(r"\b([a-z][a-z0-9+.\-]*://[^/\s:@]*:)[^@\s]+@"), r"\1***@"),
+    # A webhook URL's path and query are its secret (Slack, Teams, signed URLs): keep
+    # the scheme and host only.
+    (re.compile(r"\b(https?://[^/\s?#\"']+)[/?#][^\s\"']*"), r"\1/***"),
+)
+
+
+def redact(text: str) -> str:
+    """The text with every secret-looking part replaced by ***."""
+    for pattern, replacement in REDACTIONS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _redacting_factory(base: Any) -> Any:
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = base(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string: let the handler report it
+            return record
+        record.msg, record.args = redact(message), ()
+        if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
+            # Formatters reuse exc_text when set, so tracebacks are redacted too.
+            record.exc_text = redact(
+                "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+            )
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return record
+
+    factory.laneway_redacting = True  # type: ignore[attr-defined]
+    return factory
+
+
+def install_redaction() -> None:
+    """Redact every log record made in this process from now on (idempotent)."""
+    current = logging.getLogRecordFactory()
+    if not getattr(current, "laneway_redacting", False):
+        logging.setLogRecordFactory(_redacting_factory(current))

@@ -1,0 +1,134 @@
+"""The outbox: an inbox job's results and summary, written for the account to pick up.
+
+`LANEWAY_OUTBOX_DIR/<account>/<file>-results.csv` (for a CSV input; `.jsonl` otherwise)
+and `<file>-summary.json`, each written under a temporary dot-name and renamed into place,
+results first: a summary's presence means its results are complete. Then the account's
+webhook, if it has one, is told.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from db.models import FINAL_JOB_STATUSES, Account, InboxFile, Job
+from db.queries import failure_summary, iter_results, utcnow
+from db.session import session_factory
+from laneway.inputs import file_kind
+from laneway.results import csv_blocks, job_view, jsonl_lines
+from laneway.settings import Settings
+from laneway.webhooks import post_json
+
+log = logging.getLogger("laneway.outbox")
+logging.getLogger("httpcore").setLevel(logging.WARNING)
+WEBHOOK_TIMEOUT = 10.0
+
+
+def outbox_names(row: InboxFile) -> tuple[str, str]:
+    """(results file, summary file) for an inbox file."""
+    kind, _ = file_kind(row.name)
+    return f"{row.stem}-results.{'csv' if kind == 'csv' else 'jsonl'}", f"{row.stem}-summary.json"
+
+
+def write_atomically(path: Path, blocks: Iterable[str]) -> None:
+    """Write under a dot-name (pickup tools skip those), then rename into place."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)  # left by an attempt that died
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "w", encoding="utf-8", newline="") as fh:
+        for block in blocks:
+            fh.write(block)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _inbox_job(session: Any, job_id: uuid.UUID) -> tuple[InboxFile, Job, Account] | None:
+    found = session.execute(
+        select(InboxFile, Job, Account)
+        .join(Job, Job.id == InboxFile.job_id)
+        .join(Account, Account.id == InboxFile.account_id)
+        .where(InboxFile.job_id == job_id)
+    ).one_or_none()
+    return tuple(found) if found is not None else None  # type: ignore[return-value]
+
+
+def _counts(job: Job) -> dict[str, int]:
+    return {"total": job.total_items, "succeeded": job.succeeded_items, "failed": job.failed_items}
+
+
+def write_outbox(job_id: uuid.UUID, settings: Settings) -> dict[str, Any] | None:
+    """Write the job's results and summary; None when it is no final inbox job."""
+    factory = session_factory(settings)
+    with factory() as session:
+        found = _inbox_job(session, job_id)
+        if found is None or found[1].status not in FINAL_JOB_STATUSES:
+            return None
+        row, job, account_row = found
+        account = account_row.name
+        view = job_view(session, job, settings)
+        failures = failure_summary(session, job.id, job.total_items)
+    folder = settings.outbox_dir / account
+    folder.mkdir(parents=True, exist_ok=True)
+    results_name, summary_name = outbox_names(row)
+    with factory() as session:
+        results = iter_results(session, job.id)
+        blocks = (
+            csv_blocks(results, list(job.tasks), list(job.labels))
+            if results_name.endswith(".csv")
+            else jsonl_lines(results)
+        )
+        write_atomically(folder / results_name, blocks)
+    summary = {
+        "file": {
+            "name": row.name,
+            "sha256": row.sha256,
+            "bytes": row.size,
+            "received_at": view["timings"]["created_at"],
+        },
+        "account": account,
+        "results": results_name,
+        **view,
+        "counts": _counts(job),
+        "failures": failures,
+    }
+    write_atomically(folder / summary_name, [json.dumps(summary, indent=2) + "\n"])
+    with factory.begin() as session:
+        session.get(InboxFile, row.id).outbox_written_at = utcnow()  # type: ignore[union-attr]
+    log.info("job %s: results in %s/%s", job.id, account, results_name)
+    return {"job": str(job.id), "results": results_name, "summary": summary_name}
+
+
+def notify_webhook(job_id: uuid.UUID, settings: Settings) -> bool:
+    """POST the job's outcome to its account's webhook; False when there is none to tell.
+    Raises WebhookError when the webhook cannot be reached or does not answer 2xx."""
+    factory = session_factory(settings)
+    with factory() as session:
+        found = _inbox_job(session, job_id)
+        if found is None or not found[2].webhook_url or found[0].notified_at is not None:
+            return False
+        row, job, account = found
+        url = account.webhook_url
+    results_name, summary_name = outbox_names(row)
+    notice = {
+        "event": "job.finished",
+        "job": str(job.id),
+        "account": account.name,
+        "status": job.status,
+        "counts": _counts(job),
+        "file": row.name,
+        "results": results_name,
+        "summary": summary_name,
+    }
+    post_json(url, notice, timeout=WEBHOOK_TIMEOUT)
+    with factory.begin() as session:
+        session.get(InboxFile, row.id).notified_at = utcnow()  # type: ignore[union-attr]
+    log.info("job %s: webhook of account %s told", job.id, account.name)
+    return True

@@ -1,0 +1,180 @@
+"""The command line of each Laneway process, and the fleets the CLI assembles from them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from laneway.fleet import ALWAYS, ON_DEMAND, Fleet
+from laneway.settings import Settings
+
+log = logging.getLogger("laneway.fleet")
+
+
+def worker_queues(lane: str) -> str:
+    """The cpu worker also serves the maintenance queue: chord callbacks, the reconciler
+    and alerts, short tasks that never wait behind the lanes' chunks."""
+    return "cpu,maintenance" if lane == "cpu" else lane
+
+
+def worker_argv(
+    lane: str, settings: Settings, concurrency: int | None = None, name: str | None = None
+) -> list[str]:
+    argv = [
+        sys.executable, "-m", "celery", "-A", "tasks", "worker",
+        "-Q", worker_queues(lane),
+        "-n", f"{name or lane}@%h",
+        "--loglevel", "INFO",
+        "-E",
+    ]  # fmt: skip
+    if lane == "gpu":
+        # One chunk at a time per device, and one message prefetched at most.
+        return [*argv, "-c", "1", "--prefetch-multiplier", "1"]
+    return [*argv, "-c", str(concurrency or settings.worker_concurrency)]
+
+
+def worker_env(lane: str, settings: Settings) -> dict[str, str]:
+    """The environment a lane's worker runs with; raises LaneError when it cannot run."""
+    from workers.devices import check_lane
+
+    if lane == "maintenance":
+        return {}
+    return {
+        "LANEWAY_DEVICE": check_lane(lane, settings),
+        "LANEWAY_GPU_FALLBACK": settings.gpu_fallback,
+    }
+
+
+def gpu_devices(settings: Settings) -> tuple[str, ...]:
+    """LANEWAY_GPU_DEVICES, else every CUDA device found; on a machine without CUDA, with
+    LANEWAY_GPU_FALLBACK=cpu, one stand-in device `0` (its worker runs on CPU)."""
+    from workers.devices import cuda_device_count
+
+    if settings.gpu_devices:
+        return settings.gpu_devices
+    found = cuda_device_count()
+    if found:
+        return tuple(str(d) for d in range(found))
+    return ("0",) if settings.gpu_fallback == "cpu" else ()
+
+
+def gpu_worker(settings: Settings, device: str) -> tuple[str, list[str], dict[str, str]]:
+    """Node name, argv and environment of the worker pinned to one device: the device is
+    in CUDA_VISIBLE_DEVICES before the process starts, so torch never sees another."""
+    name = f"gpu{device}"
+    env = {**worker_env("gpu", settings), "CUDA_VISIBLE_DEVICES": device}
+    return name, worker_argv("gpu", settings, name=name), env
+
+
+ACCESS_LOG_FORMAT = '%(h)s %(t)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
+
+
+def web_argv(settings: Settings, host: str, port: int) -> list[str]:
+    return [
+        sys.executable, "-m", "gunicorn",
+        "--bind", f"{host}:{port}",
+        "--workers", str(settings.web_workers),
+        "--threads", "4",
+        "--access-logfile", "-",
+        # The default format logs a Basic-auth user name, which could be an API key.
+        "--access-logformat", ACCESS_LOG_FORMAT,
+        "webapp:create_app()",
+    ]  # fmt: skip
+
+
+def beat_argv(settings: Settings) -> list[str]:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    return [
+        sys.executable, "-m", "celery", "-A", "tasks", "beat",
+        "--schedule", str(settings.home / "celerybeat-schedule"),
+        "--loglevel", "INFO",
+    ]  # fmt: skip
+
+
+def node(name: str) -> str:
+    return f"{name}@{socket.gethostname()}"
+
+
+def add_gpu_workers(fleet: Fleet, settings: Settings, devices: Sequence[str], policy: str) -> None:
+    for device in devices:
+        name, argv, env = gpu_worker(settings, device)
+        fleet.add(f"worker-{name}", argv, env, policy=policy, node=node(name))
+
+
+def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
+    """The cpu workers (always up) and a gpu worker per device (started on demand)."""
+    for n in range(settings.cpu_workers):
+        name = "cpu" if n == 0 else f"cpu{n + 1}"
+        argv = worker_argv("cpu", settings, name=name)
+        fleet.add(f"worker-{name}", argv, worker_env("cpu", settings), ALWAYS, node(name))
+    devices = gpu_devices(settings)
+    if not devices:
+        log.warning("no CUDA device and no LANEWAY_GPU_FALLBACK=cpu: this fleet runs no gpu worker")
+    add_gpu_workers(fleet, settings, devices, ON_DEMAND)
+    return devices
+
+
+def gpu_depth_reader(settings: Settings):  # noqa: ANN201
+    """The gpu lane's depth (queued + reserved + running), for scale-from-zero."""
+    from laneway.redis_conn import redis_client
+    from tasks.broker import lane_depth
+
+    r = redis_client(settings)
+    return lambda: lane_depth(r, "gpu")["depth"]
+
+
+def fleet_reporter(settings: Settings, devices: int, every: float = 10.0):  # noqa: ANN201
+    """Tell routing (through Redis) how many gpu devices this machine can start."""
+    from laneway.redis_conn import redis_client
+    from tasks.scaling import publish_fleet
+
+    r = redis_client(settings)
+    last = [0.0]
+
+    def report(_fleet: Fleet) -> None:
+        if time.monotonic() - last[0] < every:
+            return
+        last[0] = time.monotonic()
+        try:
+            publish_fleet(r, socket.gethostname(), devices, ttl=int(3 * every))
+        except Exception as exc:  # noqa: BLE001 - routing falls back to the threshold
+            log.warning("could not report the fleet's devices: %s", type(exc).__name__)
+
+    return report
+
+
+def worker_fleet(settings: Settings, log_dir: Path | None = None) -> Fleet:
+    """`laneway fleet`: this machine's workers, gpu ones scaled from zero."""
+    fleet = Fleet(log_dir=log_dir, gpu_depth=gpu_depth_reader(settings))
+    devices = add_workers(fleet, settings)
+    fleet.on_step = fleet_reporter(settings, len(devices))
+    return fleet
+
+
+def one_machine_settings(settings: Settings) -> Settings:
+    """On a machine without CUDA the gpu lane still needs a consumer: run it on CPU."""
+    from workers.devices import cuda_available
+
+    if cuda_available() or settings.gpu_fallback == "cpu":
+        return settings
+    log.warning("no CUDA device found: gpu workers run on CPU (LANEWAY_GPU_FALLBACK=cpu)")
+    os.environ["LANEWAY_GPU_FALLBACK"] = "cpu"
+    return Settings.from_env({**os.environ})
+
+
+def full_fleet(settings: Settings, host: str, port: int, log_dir: Path | None = None) -> Fleet:
+    """`laneway up`: migrations, then web, beat and this machine's workers."""
+    from db.migrate import upgrade
+
+    upgrade(settings)
+    settings = one_machine_settings(settings)
+    fleet = worker_fleet(settings, log_dir)
+    fleet.add("web", web_argv(settings, host, port))
+    fleet.add("beat", beat_argv(settings))
+    fleet.start_always()
+    return fleet

@@ -1,0 +1,92 @@
+"""What the Redis broker holds: each lane's depth and the ids of the tasks it still carries.
+
+Kombu's Redis transport keeps a queue's waiting messages in lists (one per priority step)
+and every delivered but unacknowledged message (prefetched, reserved or running: Laneway
+acks late) in the `unacked` hash, with its delivery time in `unacked_index`. A bare list
+length misses the second part, so depth counts both.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+# kombu.transport.redis: Channel.sep, PRIORITY_STEPS, unacked_key, unacked_index_key.
+PRIORITY_SEP = "\x06\x16"
+PRIORITY_STEPS = (0, 3, 6, 9)
+UNACKED = "unacked"
+UNACKED_INDEX = "unacked_index"
+PAGE = 500
+
+
+def queue_keys(queue: str) -> list[str]:
+    """The Redis lists behind one queue, one per priority step."""
+    return [queue if p == 0 else f"{queue}{PRIORITY_SEP}{p}" for p in PRIORITY_STEPS]
+
+
+def _task_id(message: Any) -> str | None:
+    try:
+        return message["headers"]["id"]
+    except (KeyError, TypeError):
+        return None
+
+
+def _loads(raw: bytes | str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def lane_depth(r: redis.Redis, queue: str) -> dict[str, int]:
+    """Messages waiting in `queue`, delivered to workers from it, and both together."""
+    with r.pipeline(transaction=False) as pipe:
+        for key in queue_keys(queue):
+            pipe.llen(key)
+        queued = sum(pipe.execute())
+    delivered = 0
+    for raw in r.hvals(UNACKED):
+        entry = _loads(raw)
+        delivered += isinstance(entry, list) and len(entry) == 3 and entry[2] == queue
+    return {"queued": queued, "delivered": delivered, "depth": queued + delivered}
+
+
+@dataclass
+class Snapshot:
+    """Task ids in the broker: waiting in a queue, or delivered (with delivery time)."""
+
+    waiting: set[str] = field(default_factory=set)
+    delivered: dict[str, float] = field(default_factory=dict)
+
+    def holds(self, task_id: str, delivered_after: float = 0.0) -> bool:
+        """True when the task waits in a queue, or was delivered after `delivered_after`."""
+        if task_id in self.waiting:
+            return True
+        at = self.delivered.get(task_id)
+        return at is not None and at >= delivered_after
+
+
+def snapshot(r: redis.Redis, queues: Iterable[str]) -> Snapshot:
+    """Every task id waiting in `queues` or delivered and not yet acknowledged."""
+    snap = Snapshot()
+    for queue in queues:
+        for key in queue_keys(queue):
+            start = 0
+            while True:
+                page = r.lrange(key, start, start + PAGE - 1)
+                snap.waiting.update(i for raw in page if (i := _task_id(_loads(raw))))
+                if len(page) < PAGE:
+                    break
+                start += PAGE
+    when = dict(r.zrange(UNACKED_INDEX, 0, -1, withscores=True))
+    for tag, raw in r.hgetall(UNACKED).items():
+        entry = _loads(raw)
+        task_id = _task_id(entry[0]) if isinstance(entry, list) and entry else None
+        if task_id:
+            snap.delivered[task_id] = when.get(tag, time.time())
+    return snap

@@ -1,0 +1,55 @@
+"""A quiet fleet between tests that start workers: earlier tests' jobs (no worker ran them)
+are cancelled and their messages dropped, so they neither queue ahead of the work under
+test nor come back through the reconciler, which re-sends queued chunks it finds without a
+message."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import redis
+from sqlalchemy import update
+
+from db.models import FINAL_JOB_STATUSES, Chunk, Job
+from db.queries import UNSETTLED_CHUNK_STATES, utcnow
+from db.session import session_scope
+from tasks.app import QUEUES
+from tasks.broker import UNACKED, UNACKED_INDEX, queue_keys
+
+
+def empty_queues(settings, unacked: bool = False) -> None:
+    """Drop every message waiting in the lanes' and maintenance queues (and, with unacked,
+    those delivered to workers no longer running)."""
+    r = redis.Redis.from_url(settings.redis_url)
+    keys = [key for queue in QUEUES for key in queue_keys(queue)]
+    if unacked:
+        keys += [UNACKED, UNACKED_INDEX]
+    r.delete(*keys)
+
+
+def quiesce(settings, unacked: bool = False) -> None:
+    """Cancel every job still open in this run's database, then empty the queues."""
+    now = utcnow()
+    with session_scope(settings) as session:
+        session.execute(
+            update(Chunk)
+            .where(Chunk.state.in_(UNSETTLED_CHUNK_STATES))
+            .values(state="cancelled", finished_at=now)
+        )
+        session.execute(
+            update(Job)
+            .where(Job.status.not_in(FINAL_JOB_STATUSES))
+            .values(status="cancelled", cancel_requested_at=now, finished_at=now)
+        )
+    empty_queues(settings, unacked)
+
+
+def quiet_fleet(settings, unacked: bool = False) -> Iterator[None]:
+    """A test that starts workers: begin quiet, and leave no process of its own running
+    (whatever failed before the test's own cleanup)."""
+    from tests.e2e.procs import STARTED, stop_started_since
+
+    quiesce(settings, unacked)
+    started = len(STARTED)
+    yield
+    stop_started_since(started)

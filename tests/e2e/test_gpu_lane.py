@@ -1,0 +1,229 @@
+"""The gpu lane's elasticity with real processes, in CPU fallback mode (no GPU here): each
+gpu worker pinned to its device, started from zero by `laneway fleet` when gpu work waits,
+stopped by beat when idle (never while busy), and nothing lost across scale-downs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from dataclasses import replace
+
+import psutil
+import pytest
+from sqlalchemy import select
+
+from db.models import Chunk, Job, Worker, WorkerEvent
+from db.session import session_scope
+from laneway.jobs import submit_job
+from tests.e2e.procs import BIN, Proc, wait_for
+from tests.faults.harness import LONG_TEXT, assert_exactly_one_result_each, wait_final
+
+pytestmark = pytest.mark.e2e
+HOST = socket.gethostname()
+FALLBACK = {"LANEWAY_GPU_FALLBACK": "cpu"}
+
+
+def ping(nodes: list[str]) -> set[str]:
+    from tasks import app
+
+    replies = app.control.ping(destination=nodes, timeout=1.0)
+    return {name for reply in replies for name in reply}
+
+
+def celery_processes(root: psutil.Process, node: str) -> list[psutil.Process]:
+    """The worker's main process and its pool children."""
+    mains = [
+        p
+        for p in root.children(recursive=True)
+        if "celery" in " ".join(p.cmdline()) and f"{node.split('@')[0]}@%h" in p.cmdline()
+    ]
+    return [proc for main in mains for proc in (main, *main.children(recursive=True))]
+
+
+def test_each_gpu_worker_process_sees_exactly_its_device(settings, migrated, tmp_path):
+    env = {**FALLBACK, "LANEWAY_GPU_DEVICES": "0,1"}
+    workers = Proc("gpu-workers", [str(BIN / "laneway"), "worker", "gpu"], tmp_path, env)
+    nodes = [f"gpu0@{HOST}", f"gpu1@{HOST}"]
+    try:
+        wait_for(lambda: ping(nodes) == set(nodes), 180, "both gpu workers", [workers])
+        wait_for(
+            lambda: workers.log.read_text().count("device check passed") == 2,
+            60,
+            "both device checks",
+            [workers],
+        )
+        root = psutil.Process(workers.proc.pid)
+        for device, node in enumerate(nodes):
+            procs = celery_processes(root, node)
+            assert len(procs) >= 2  # the worker and its one pool process
+            assert {p.environ().get("CUDA_VISIBLE_DEVICES") for p in procs} == {str(device)}
+            health = subprocess.run(
+                [str(BIN / "laneway"), "health", node],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert health.returncode == 0, health.stderr
+            report = json.loads(health.stdout)
+            assert report["ok"] and report["cuda_visible_devices"] == str(device)
+            assert report["device"] == "cpu"  # the fallback, pinned all the same
+        with session_scope(settings) as session:
+            rows = session.scalars(
+                select(Worker).where(Worker.hostname.in_(nodes), Worker.stopped_at.is_(None))
+            ).all()
+            assert sorted((w.hostname, w.gpu_device) for w in rows) == list(
+                zip(nodes, ("0", "1"), strict=True)
+            )
+    finally:
+        workers.stop()
+    # --device N starts that one worker only.
+    one = Proc("gpu-one", [str(BIN / "laneway"), "worker", "gpu", "--device", "1"], tmp_path, env)
+    try:
+        wait_for(lambda: ping(nodes) == {nodes[1]}, 180, "the gpu1 worker alone", [one])
+    finally:
+        one.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(migrated, tmp_path_factory):
+    """`laneway fleet` (a cpu worker kept up, gpu0 and gpu1 on demand) and beat stopping gpu
+    workers idle for 3 s."""
+    logdir = tmp_path_factory.mktemp("gpu-fleet")
+    env = {
+        **FALLBACK,
+        "LANEWAY_GPU_DEVICES": "0,1",
+        "LANEWAY_GPU_IDLE_TIMEOUT": "3",
+        "LANEWAY_RECONCILE_INTERVAL": "2",
+        # One text per micro-batch: a chunk keeps its gpu worker busy for seconds.
+        "LANEWAY_BATCH_SIZE": "1",
+        "LANEWAY_HOME": str(logdir / "home"),
+    }
+    supervisor = Proc("fleet", [str(BIN / "laneway"), "fleet"], logdir, env)
+    scheduler = Proc("beat", [str(BIN / "laneway"), "beat"], logdir, env)
+    try:
+        wait_for(lambda: ping([f"cpu@{HOST}"]), 180, "the fleet's cpu worker", [supervisor])
+        assert not ping([f"gpu0@{HOST}", f"gpu1@{HOST}"])  # the gpu lane starts at zero
+        yield [supervisor, scheduler]
+    finally:
+        scheduler.stop()
+        supervisor.stop(timeout=90)
+
+
+def gpu_events(settings, since) -> list[WorkerEvent]:
+    with session_scope(settings) as session:
+        events = session.scalars(
+            select(WorkerEvent)
+            .where(WorkerEvent.hostname.like("gpu%"), WorkerEvent.created_at >= since)
+            .order_by(WorkerEvent.id)
+        ).all()
+        session.expunge_all()
+        return list(events)
+
+
+def now_db(settings):
+    from db.queries import utcnow
+
+    return utcnow()
+
+
+def test_gpu_work_at_zero_starts_workers_and_beat_stops_the_idle_one_not_the_busy_one(
+    settings, fleet, account_factory
+):
+    started = now_db(settings)
+    account, _ = account_factory("enterprise")
+    # Two chunks wait: a long one (240 long texts) keeps one gpu worker busy for seconds,
+    # a short one lets the other go idle.
+    items = [(f"z{i}", f"{LONG_TEXT} #{i}") for i in range(240)]
+    job = submit_job(account, items, settings=replace(settings, chunk_size=240))
+    short = submit_job(
+        account,
+        [(f"q{i}", f"late parcel {i}") for i in range(50)],
+        settings=replace(settings, chunk_size=50),
+    )
+    assert job.lane == short.lane == "gpu" and job.routing["policy"] == "threshold"
+    assert wait_final(settings, job.id, 240, fleet) == "succeeded"
+    assert wait_final(settings, short.id, 60, fleet) == "succeeded"
+    assert_exactly_one_result_each(settings, job.id, 240)
+
+    with session_scope(settings) as session:
+        chunk = session.scalars(select(Chunk).where(Chunk.job_id == job.id)).one()
+        busy_node, chunk_started, chunk_done = chunk.worker, chunk.started_at, chunk.finished_at
+        scaled_up = session.scalars(
+            select(Worker).where(Worker.hostname.like("gpu%"), Worker.started_at >= started)
+        ).all()
+        assert {w.hostname for w in scaled_up} == {f"gpu0@{HOST}", f"gpu1@{HOST}"}
+        assert all(w.start_reason.startswith("gpu work waiting (depth") for w in scaled_up)
+    # The busy worker's cold start: from work waiting to its first task done.
+    measured = [w.cold_start_seconds for w in scaled_up if w.cold_start_seconds]
+    assert measured and all(s > 0 for s in measured)
+    print(f"FIGURES gpu-lane cold starts (cpu fallback): {sorted(measured)} s")
+    idle_node = ({f"gpu0@{HOST}", f"gpu1@{HOST}"} - {busy_node}).pop()
+
+    def scaled_down():
+        downs = [e for e in gpu_events(settings, started) if e.kind == "scale_down"]
+        return downs if {e.hostname for e in downs} >= {idle_node, busy_node} else None
+
+    downs = wait_for(scaled_down, 60, "both gpu workers scaled down", fleet)
+    idle_down = next(e for e in downs if e.hostname == idle_node)
+    busy_down = next(e for e in downs if e.hostname == busy_node)
+    # The idle one went while the other still ran the chunk; the busy one only after.
+    assert idle_down.created_at < chunk_done
+    assert busy_down.created_at > chunk_done > chunk_started
+
+    def stop_reasons():
+        with session_scope(settings) as session:
+            reasons = session.scalars(
+                select(Worker.stop_reason).where(
+                    Worker.hostname.like("gpu%"), Worker.started_at >= started
+                )
+            ).all()
+        return set(reasons) if None not in reasons else None
+
+    # Back at zero: every gpu worker started here stopped warm, none is left running.
+    assert wait_for(stop_reasons, 90, "the gpu lane back at zero", fleet) == {"warm shutdown"}
+    assert not ping([idle_node, busy_node])
+
+
+def test_scale_downs_in_the_middle_of_a_stream_of_jobs_lose_nothing(
+    settings, fleet, account_factory
+):
+    started = now_db(settings)
+    account, _ = account_factory("enterprise")
+    jobs = []
+    for n in range(6):
+        items = [(f"s{n}-{i}", f"the parcel {i} of order {n} is late") for i in range(48)]
+        submitted = now_db(settings)
+        jobs.append(submit_job(account, items, settings=settings).id)
+        assert wait_final(settings, jobs[-1], 240, fleet) == "succeeded"
+        if n % 2 == 0:
+            # The next job arrives the moment beat has told the lane's worker to stop: it
+            # finds the worker in its warm shutdown, or the lane at zero. (The worker that
+            # ran this job's model stage may be stopped before the cpu lane's post stage
+            # has finished the job: look for any scale-down since the job was sent.)
+            wait_for(
+                lambda s=submitted: any(
+                    e.kind == "scale_down" for e in gpu_events(settings, s)
+                ),
+                60,
+                "a scale-down",
+                fleet,
+            )
+        else:
+            # ...or just as beat looks for idle workers (idle timeout 3 s, checked every s).
+            time.sleep(3.5)
+    for job_id in jobs:
+        assert_exactly_one_result_each(settings, job_id, 48)
+
+    def cycles():
+        events = gpu_events(settings, started)
+        downs = sum(e.kind == "scale_down" for e in events)
+        ups = sum(e.kind == "start" for e in events)
+        return (downs, ups) if downs >= 2 and ups >= 2 else None
+
+    # Scaled down and up again more than once in the middle of the stream.
+    wait_for(cycles, 60, "two scale-downs and two scale-ups", fleet)
+    with session_scope(settings) as session:
+        lanes = session.scalars(select(Job.lane).where(Job.id.in_(jobs))).all()
+    assert set(lanes) == {"gpu"}

@@ -1,0 +1,39 @@
+"""Jobs written straight to the database, as submission writes them (no web app, no broker)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from db.queries import chunks_of, create_account, create_job
+from db.session import session_scope
+from laneway.planner import plan_chunks
+
+
+def stored_job(
+    settings,
+    texts: Sequence[str],
+    *,
+    lane: str = "cpu",
+    chunk_size: int = 16,
+    account_type: str = "standard",
+    tasks: Sequence[str] = ("classify",),
+    labels: Sequence[str] = ("shipping", "billing", "bug", "praise", "account"),
+    held: bool = False,
+    prefix: str = "i",
+) -> tuple[uuid.UUID, list[int]]:
+    """A committed job of one account of its own; returns its id and its chunks' ids."""
+    with session_scope(settings) as session:
+        account, _ = create_account(session, f"{prefix}-{uuid.uuid4().hex[:8]}", account_type)
+        job = create_job(
+            session,
+            account_id=account.id,
+            tasks=list(tasks),
+            labels=list(labels),
+            items=[(f"{prefix}{i}", t) for i, t in enumerate(texts)],
+            lane=lane,
+            chunks=plan_chunks(len(texts), chunk_size),
+            chunk_size=chunk_size,
+            held=held,
+        )
+        return job.id, [c.id for c in chunks_of(session, job.id)]

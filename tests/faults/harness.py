@@ -1,0 +1,91 @@
+"""What the fault tests share: the issue's timings, real processes, and the checks that
+every item has exactly one result and the job was finalized once."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from db.models import Chunk, Job, JobEvent, Result
+from db.session import session_scope
+from laneway.jobs import submit_job
+from tests.e2e.procs import BIN, Proc, start_worker, wait_for
+
+# The timings the issue names: a 30 s chunk limit (visibility timeout 2 * 30 + 60 s) and a
+# reconciler every 5 s. A job must complete within two minutes once a worker runs again.
+FAST = {"LANEWAY_CHUNK_TIMEOUT": "30", "LANEWAY_RECONCILE_INTERVAL": "5"}
+RECOVERY_DEADLINE = 120
+LONG_TEXT = " ".join(["the parcel arrived late and the box was crushed again"] * 25)
+FINAL = ("succeeded", "partial", "failed", "cancelled")
+
+
+def submit(settings, account, n: int, prefix: str = "k", text: str = LONG_TEXT) -> uuid.UUID:
+    items = [(f"{prefix}{i}", f"{text} #{i}") for i in range(n)]
+    return submit_job(account, items, settings=settings).id
+
+
+def cpu_worker(logdir: Path, log_name: str, env=None, name: str = "cpu", **kw) -> Proc:
+    argv = [str(BIN / "laneway"), "worker", "cpu", "--name", name]
+    return start_worker(name, argv, logdir, env={**FAST, **(env or {})}, log_name=log_name, **kw)
+
+
+def beat(logdir: Path, log_name: str = "beat", env=None) -> Proc:
+    return Proc(log_name, [str(BIN / "laneway"), "beat"], logdir, {**FAST, **(env or {})})
+
+
+def wait_running_chunk(settings, job_id, procs) -> int:
+    """Wait until one of the job's chunks is running; return its id."""
+
+    def running():
+        with session_scope(settings) as session:
+            return session.scalar(
+                select(Chunk.id).where(Chunk.job_id == job_id, Chunk.state == "running")
+            )
+
+    return wait_for(running, 60, "a chunk to start", procs)
+
+
+def chunk_states(settings, job_id) -> list[str]:
+    with session_scope(settings) as session:
+        return list(
+            session.scalars(select(Chunk.state).where(Chunk.job_id == job_id).order_by(Chunk.seq))
+        )
+
+
+def wait_final(settings, job_id, timeout: float, procs) -> str:
+    def final():
+        with session_scope(settings) as session:
+            status = session.get(Job, job_id).status
+        return status if status in FINAL else None
+
+    return wait_for(final, timeout, f"job {job_id} to end", procs)
+
+
+def assert_exactly_one_result_each(settings, job_id, n: int, failed=frozenset()) -> None:
+    """Every item has one result (the primary key makes two impossible: count them all),
+    and exactly the items in `failed` carry an error."""
+    with session_scope(settings) as session:
+        rows = session.execute(
+            select(Result.idx, Result.item_id, Result.error).where(Result.job_id == job_id)
+        ).all()
+    assert sorted(r.idx for r in rows) == list(range(n))
+    assert {r.item_id for r in rows if r.error} == set(failed)
+
+
+def events(settings, job_id, kind: str) -> list[dict]:
+    with session_scope(settings) as session:
+        return [
+            e.detail or {}
+            for e in session.scalars(
+                select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.kind == kind)
+            )
+        ]
+
+
+def done_chunks(settings, job_id) -> int:
+    with session_scope(settings) as session:
+        return session.scalar(
+            select(func.count()).where(Chunk.job_id == job_id, Chunk.state == "done")
+        )

@@ -1,0 +1,45 @@
+"""The web app in-process, on the run's real Postgres and Redis."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import pytest
+
+
+def auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def store_results(job_id: str, rows: list[dict]) -> None:
+    """Write results as a worker would (no worker runs in these tests)."""
+    from db.queries import upsert_results
+    from db.session import session_scope
+
+    with session_scope() as session:
+        upsert_results(session, uuid.UUID(job_id), rows)
+
+
+@pytest.fixture
+def make_app(settings, migrated):
+    """Build an app, optionally with settings changed (e.g. lower limits)."""
+    from webapp import create_app
+
+    def make(**changes):
+        return create_app(dataclasses.replace(settings, **changes) if changes else settings)
+
+    return make
+
+
+@pytest.fixture
+def app(make_app):
+    # Every test here calls from 127.0.0.1: a shared per-address budget for requests
+    # without a key would make tests fail by the order they run in. Tests of that limit
+    # build their own app.
+    return make_app(anonymous_rate_limit="100000/minute")
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()

@@ -1,0 +1,131 @@
+"""Input limits: each is a 4xx JSON answer naming the limit (and the line, for files)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from tests.integration.conftest import auth
+
+
+def _upload(client, key, data: bytes, filename: str = "in.csv", **fields):
+    return client.post(
+        "/v1/jobs",
+        data={"file": (io.BytesIO(data), filename), **fields},
+        headers=auth(key),
+        content_type="multipart/form-data",
+    )
+
+
+def _error(response, status: int, *parts: str) -> None:
+    assert response.status_code == status, (response.status_code, response.data[:300])
+    assert set(response.json) == {"error", "message"}
+    for part in parts:
+        assert part in response.json["message"], response.json["message"]
+
+
+def test_items_per_job_follow_the_account_type(client, account_factory):
+    _, demo = account_factory("demo")
+    _, standard = account_factory("standard")
+    items = [{"id": str(i), "text": "hello"} for i in range(101)]
+    _error(
+        client.post("/v1/jobs", json={"items": items}, headers=auth(demo)),
+        400,
+        "items[100]: more than 100 items",
+        "LANEWAY_MAX_ITEMS_DEMO",
+    )
+    assert client.post("/v1/jobs", json={"items": items}, headers=auth(standard)).status_code == 202
+    csv_rows = b"id,text\n" + b"".join(b"%d,hi\n" % i for i in range(101))
+    _error(_upload(client, demo, csv_rows), 400, "line 102: more than 100 items")
+
+
+def test_the_body_limit_follows_the_account_type_and_names_it(client, account_factory):
+    _, demo = account_factory("demo")
+    big = b"id,text\n" + b"1," + b"x" * (1 << 20) + b"\n"
+    _error(
+        _upload(client, demo, big),
+        413,
+        "larger than 1 MiB, the limit for demo accounts (LANEWAY_MAX_UPLOAD_BYTES_DEMO)",
+    )
+    _, trial = account_factory("trial")
+    # Not the upload limit (the text is too long, a 400): the trial account may send 1 MiB.
+    _error(_upload(client, trial, big), 400, "LANEWAY_MAX_TEXT_CHARS")
+
+
+def test_the_fleet_wide_body_limit_applies_before_any_key(make_app):
+    client = make_app(max_upload_bytes=1000, anonymous_rate_limit="1000/minute").test_client()
+    # Without a key the API refuses before reading the body; a page reads it, and stops.
+    response = client.post("/v1/jobs", data=b"x" * 2000, content_type="application/json")
+    assert response.status_code == 401
+    login = client.post("/login", data={"api_key": "x" * 2000})
+    assert login.status_code == 413 and b"(LANEWAY_MAX_UPLOAD_BYTES)" in login.data
+
+
+def test_a_huge_form_field_is_413_naming_the_fix(client, account_factory):
+    _, key = account_factory()
+    response = client.post(
+        "/v1/jobs",
+        data={"file": "id,text\n1,hello\n" * 40_000},  # a field, not a file part
+        headers=auth(key),
+        content_type="multipart/form-data",
+    )
+    _error(response, 413, "send the data as a file part")
+
+
+@pytest.mark.parametrize(
+    "filename,data,message",
+    [
+        ("in.csv", b"id,text\n1,ok\n2,\xff\xfe\n", "line 3: not valid UTF-8"),
+        ("in.csv", b'id,text\n1,"unterminated\n', "malformed CSV"),
+        ("in.csv", b"id,text\n,no id\n", "line 2: 'id' is missing or empty"),
+        ("in.csv", b"id,text\n1,a\n2,b\n1,c\n", "line 4: duplicate id '1'"),
+        ("in.csv", b"text\nhello\n", "line 1: the CSV header must name the columns"),
+        ("in.jsonl", b'{"id": 1, "text": "a"}\n{"text": "b"}\n', "line 2: 'id' is missing"),
+        ("in.jsonl", b'{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n', "line 2: duplicate"),
+        ("in.jsonl", b'{"id": [1], "text": "a"}\n', "line 1: 'id' must be a string"),
+        ("in.jsonl", b'{"id": "1", "text": 5}\n', "line 1: 'text' must be a string"),
+        ("in.jsonl", b'{"id": "1", "text": "a"\n', "line 1: not valid JSON"),
+        ("in.jsonl", b"\xef\xbb\xbf\xc3", "line 1: not valid UTF-8 (the file ends mid-character)"),
+        ("in.jsonl", b"", "the job has no items"),
+    ],
+)
+def test_file_problems_name_the_line(client, account_factory, filename, data, message):
+    _, key = account_factory()
+    _error(_upload(client, key, data, filename), 400, message)
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ({"items": "a, b"}, "'items' must be a list"),
+        ({"items": [{"id": "1", "text": "a"}], "tasks": "classify"}, None),
+        ({"items": [{"id": "1", "text": "a"}], "tasks": ["classify", "classify"]}, "twice"),
+        ({"items": [{"id": "1", "text": "a"}], "task": "translate"}, "unknown task 'translate'"),
+        ({"items": [{"id": "1", "text": "a"}], "labels": "x"}, "between 2 and 50"),
+        ({"items": [{"id": "1", "text": "a"}], "labels": [1, 2]}, "list of strings"),
+        ({"items": [{"id": 1.5, "text": "a"}]}, "'id' must be a string or an integer"),
+        ({"items": [{"id": "1", "text": "a" * 20_001}]}, "LANEWAY_MAX_TEXT_CHARS"),
+        ({"items": [{"id": "1", "text": "a"}], "priority": 1}, "unknown field 'priority'"),
+    ],
+)
+def test_wrong_json_types_are_named(client, account_factory, body, message):
+    _, key = account_factory()
+    response = client.post("/v1/jobs", json=body, headers=auth(key))
+    if message is None:
+        assert response.status_code == 202  # a comma-separated string of tasks is accepted
+    else:
+        _error(response, 400, message)
+
+
+def test_a_body_that_is_neither_json_nor_an_upload_is_415(client, account_factory):
+    _, key = account_factory()
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        response = client.post(
+            "/v1/jobs", data=b'{"items": []}', headers=auth(key), content_type=content_type
+        )
+        _error(response, 415, "Content-Type: application/json")
+    invalid = client.post(
+        "/v1/jobs", data=b'{"items": "\xff"}', headers=auth(key), content_type="application/json"
+    )
+    _error(invalid, 400, "not valid UTF-8")

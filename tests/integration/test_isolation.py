@@ -1,0 +1,59 @@
+"""No account reads another's data: every endpoint, called with another account's ids, is 404."""
+
+from __future__ import annotations
+
+import re
+
+from tests.integration.conftest import auth, store_results
+
+ITEMS = [{"id": "secret-1", "text": "the other account's private text"}]
+
+
+def _fill(rule: str, values: dict[str, str]) -> str:
+    """The rule's path with each <converter:name> replaced by values[name]."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1).rsplit(":", 1)[-1]
+        assert name in values, f"{rule}: add a value for <{name}> to this test"
+        return values[name]
+
+    return re.sub(r"<([^>]+)>", one, rule)
+
+
+def test_every_endpoint_answers_404_for_another_accounts_ids(app, client, account_factory):
+    owner, owner_key = account_factory("enterprise")
+    _, intruder_key = account_factory("enterprise", is_admin=False)
+    job_id = client.post("/v1/jobs", json={"items": ITEMS}, headers=auth(owner_key)).json["id"]
+    store_results(
+        job_id, [{"idx": 0, "item_id": "secret-1", "label": "x", "output": {}, "error": None}]
+    )
+    owner_ids = {"job_id": job_id}
+
+    walked = []
+    for rule in app.url_map.iter_rules():
+        if not rule.arguments or rule.endpoint.startswith("admin."):
+            continue  # no ids to borrow; admin endpoints are for admins (tested apart)
+        path = _fill(rule.rule, owner_ids)
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            theirs = client.open(path, method=method, headers=auth(intruder_key))
+            assert theirs.status_code == 404, (method, path, theirs.status_code)
+            assert b"secret-1" not in theirs.data and b"private" not in theirs.data
+            # The owner reaches the job (an action may still refuse, e.g. 409 for its state).
+            mine = client.open(path, method=method, headers=auth(owner_key))
+            assert mine.status_code != 404 and mine.status_code < 500, (method, path, mine)
+            walked.append((method, rule.rule))
+    # The walk reached the job endpoints (a route renamed away would make it vacuous).
+    assert ("GET", "/v1/jobs/<job_id>") in walked
+    assert ("GET", "/v1/jobs/<job_id>/results") in walked
+    # Variants: the CSV download, and a HEAD.
+    csv_path = f"/v1/jobs/{job_id}/results?format=csv"
+    assert client.get(csv_path, headers=auth(intruder_key)).status_code == 404
+    assert client.head(f"/v1/jobs/{job_id}", headers=auth(intruder_key)).status_code == 404
+
+
+def test_an_admin_sees_accounts_but_not_other_accounts_jobs(client, account_factory):
+    _, owner_key = account_factory()
+    _, admin_key = account_factory(is_admin=True)
+    job_id = client.post("/v1/jobs", json={"items": ITEMS}, headers=auth(owner_key)).json["id"]
+    assert client.get(f"/v1/jobs/{job_id}", headers=auth(admin_key)).status_code == 404
+    assert client.get(f"/v1/jobs/{job_id}/results", headers=auth(admin_key)).status_code == 404

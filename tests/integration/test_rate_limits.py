@@ -1,0 +1,88 @@
+"""Rate limits per account, counted in the real Redis and shared by every web process."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.conftest import auth
+
+
+@pytest.fixture
+def two_apps(make_app, settings):
+    """Two separately created apps, as two gunicorn workers would be, with low limits."""
+    limits = dict(settings.account_limits)
+    limits["trial"] = type(limits["trial"])("5/minute", 10, 1 << 20)
+    return [make_app(account_limits=limits) for _ in range(2)]
+
+
+def test_the_count_is_shared_by_two_apps_and_ends_in_a_429(two_apps, account_factory):
+    _, key = account_factory("trial")
+    a, b = (app.test_client() for app in two_apps)
+    answers = [(a if n % 2 else b).get("/v1/account", headers=auth(key)) for n in range(5)]
+    assert [r.status_code for r in answers] == [200] * 5
+    assert [r.headers["RateLimit-Remaining"] for r in answers] == ["4", "3", "2", "1", "0"]
+    first = answers[0].headers
+    assert first["RateLimit-Limit"] == first["X-RateLimit-Limit"] == "5"
+    assert first["RateLimit-Policy"] == "5;w=60"
+    assert 0 <= int(first["RateLimit-Reset"]) <= 60
+    assert int(first["X-RateLimit-Reset"]) >= int(time.time())  # a Unix time
+    assert "Retry-After" not in first
+
+    refused = a.get("/v1/account", headers=auth(key))
+    assert refused.status_code == 429
+    assert refused.json["error"] == "too_many_requests"
+    assert "trial accounts may make 5/minute (LANEWAY_RATE_LIMIT_TRIAL)" in refused.json["message"]
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert refused.headers["RateLimit-Remaining"] == "0"
+    # Every endpoint draws on the same budget, the other app included.
+    assert b.post("/v1/jobs", json={}, headers=auth(key)).status_code == 429
+
+    # Another account of the same type has its own budget.
+    _, other = account_factory("trial")
+    assert b.get("/v1/account", headers=auth(other)).status_code == 200
+
+
+def test_requests_without_a_valid_key_are_limited_per_address(make_app):
+    client = make_app(anonymous_rate_limit="3/minute").test_client()
+    env = {"REMOTE_ADDR": "192.0.2.77"}  # an address no other test uses
+    bad = {"Authorization": "Bearer lw_0123456789ab_guess"}
+    codes = [client.get("/v1/account", headers=bad, environ_base=env).status_code for _ in range(3)]
+    assert codes == [401] * 3
+    refused = client.get("/v1/account", headers=bad, environ_base=env)
+    assert refused.status_code == 429 and "LANEWAY_RATE_LIMIT_ANONYMOUS" in refused.json["message"]
+    assert int(refused.headers["Retry-After"]) >= 1
+    # Health checks are never limited.
+    assert client.get("/healthz", environ_base=env).status_code == 200
+
+
+def test_redis_down_lets_requests_through_rather_than_failing_them(make_app, account_factory):
+    # Nothing listens on port 1: the limiter cannot count, and must not turn that into a 500.
+    client = make_app(redis_url="redis://127.0.0.1:1/0").test_client()
+    _, key = account_factory()
+    response = client.get("/v1/account", headers=auth(key))
+    assert response.status_code == 200 and "RateLimit-Limit" not in response.headers
+
+
+def test_the_cli_client_waits_out_a_429_while_polling(make_app, settings, account_factory):
+    import httpx
+
+    from laneway.client import Client
+
+    limits = dict(settings.account_limits)
+    limits["demo"] = type(limits["demo"])("2/second", 10, 1 << 20)
+    app = make_app(account_limits=limits)
+    _, key = account_factory("demo")
+    client = Client("http://laneway.test", key)
+    refused = []
+    client.http = httpx.Client(
+        transport=httpx.WSGITransport(app=app),
+        base_url="http://laneway.test",
+        headers=client.http.headers,
+        event_hooks={"response": [lambda r: refused.append(r) if r.status_code == 429 else None]},
+    )
+    job_id = client.http.post("/v1/jobs", json={"items": [{"id": "1", "text": "hi"}]}).json()["id"]
+    polls = [client.job(job_id)["status"] for _ in range(4)]
+    assert polls == ["queued"] * 4
+    assert refused and all(int(r.headers["Retry-After"]) >= 1 for r in refused)

@@ -1,0 +1,130 @@
+"""The fleet supervisor with real child processes (small Python programs, no services)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from laneway.fleet import ALWAYS, ON_DEMAND, RESTARTS_ALLOWED, Fleet
+
+
+def program(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+SLEEPER = program("import time; time.sleep(60)")
+# Exits 0 on SIGTERM, as a Celery worker's warm shutdown does.
+WARM = program(
+    "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); "
+    "print('ready', flush=True); time.sleep(60)"
+)
+QUITTER = program("raise SystemExit(3)")
+
+
+def wait(predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_child_that_must_always_run_is_restarted_then_given_up_on(tmp_path):
+    fleet = Fleet(log_dir=tmp_path)
+    fleet.add("sleeper", SLEEPER)
+    fleet.add("quitter", QUITTER)
+    fleet.start_always()
+    try:
+        first = fleet.children["sleeper"].proc.pid
+        fleet.children["sleeper"].proc.kill()
+        assert wait(lambda: fleet.children["sleeper"].proc.poll() is not None)
+        fleet.step()
+        assert fleet.children["sleeper"].running and fleet.children["sleeper"].proc.pid != first
+
+        def gave_up():
+            fleet.step()
+            return fleet.dead()
+
+        assert wait(gave_up)
+        assert fleet.dead() == [("quitter", 3)]
+        assert len(fleet.children["quitter"].exits) == RESTARTS_ALLOWED + 1
+    finally:
+        fleet.stop()
+    assert not fleet.children["sleeper"].running
+
+
+def test_on_demand_children_start_only_while_work_waits(tmp_path):
+    depth = [0]
+    fleet = Fleet(log_dir=tmp_path, gpu_depth=lambda: depth[0])
+    fleet.add("gpu0", WARM, policy=ON_DEMAND)
+    fleet.add("gpu1", WARM, policy=ON_DEMAND)
+    try:
+        fleet.step()
+        assert not any(c.running for c in fleet.children.values())
+        depth[0] = 1
+        fleet.step()  # one chunk waiting (or running): one worker, not one per device
+        assert [c.running for c in fleet.children.values()] == [True, False]
+        fleet.step()
+        assert [c.running for c in fleet.children.values()] == [True, False]
+        depth[0] = 3
+        fleet.step()
+        assert all(c.running for c in fleet.children.values())  # one per device at most
+        # Stopped warm by beat (exit 0): not restarted while nothing waits, and not held
+        # against it, however often it happens.
+        log = tmp_path / "gpu0.log"
+        for started in range(1, RESTARTS_ALLOWED + 3):
+            depth[0] = 0
+            gpu0 = fleet.children["gpu0"]
+            assert wait(lambda n=started: log.read_text().count("ready") == n)
+            gpu0.proc.terminate()
+            assert gpu0.proc.wait(timeout=20) == 0
+            fleet.step()
+            assert not gpu0.running
+            depth[0] = 2  # gpu1 runs one of the two: gpu0 is wanted again
+            fleet.step()
+            assert gpu0.running
+        assert fleet.dead() == []
+    finally:
+        fleet.stop()
+
+
+def test_an_on_demand_child_that_keeps_crashing_is_given_up(tmp_path):
+    fleet = Fleet(log_dir=tmp_path, gpu_depth=lambda: 1)
+    fleet.add("gpu0", QUITTER, policy=ON_DEMAND)
+    try:
+
+        def gave_up():
+            fleet.step()
+            return fleet.dead()
+
+        assert wait(gave_up)
+        assert fleet.dead() == [("gpu0", 3)]
+    finally:
+        fleet.stop()
+
+
+def test_a_policy_names_what_it_does():
+    assert (ALWAYS, ON_DEMAND) == ("always", "on_demand")
+
+
+def test_until_stopped_restarts_a_crash_but_not_a_clean_exit(tmp_path):
+    from laneway.fleet import UNTIL_STOPPED
+
+    fleet = Fleet(log_dir=tmp_path)
+    fleet.add("gpu0", WARM, policy=UNTIL_STOPPED)
+    fleet.start_always()
+    try:
+        log = tmp_path / "gpu0.log"
+        assert wait(lambda: log.read_text().count("ready") == 1)
+        fleet.children["gpu0"].proc.kill()  # a crash
+        fleet.children["gpu0"].proc.wait()
+        fleet.step()
+        assert fleet.children["gpu0"].running
+        assert wait(lambda: log.read_text().count("ready") == 2)
+        fleet.children["gpu0"].proc.terminate()  # a warm shutdown: exit 0
+        assert fleet.children["gpu0"].proc.wait(timeout=20) == 0
+        fleet.step()
+        assert not fleet.children["gpu0"].running and fleet.finished()
+    finally:
+        fleet.stop()

@@ -1,0 +1,54 @@
+"""Errors answer JSON `{"error", "message"}` (HTML on the web pages), naming the problem."""
+
+from __future__ import annotations
+
+from flask import Flask, Response, current_app, g, jsonify, render_template, request
+from werkzeug.exceptions import HTTPException
+
+
+def error_response(status: int, error: str, message: str) -> Response:
+    response = jsonify(error=error, message=message)
+    response.status_code = status
+    return response
+
+
+def size_text(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
+
+
+def too_large_message() -> str:
+    """Which body limit a 413 hit: the account type's, the fleet's, or a form field's."""
+    settings = current_app.config["LANEWAY_SETTINGS"]
+    account = g.get("account")
+    if account is not None:
+        limit = settings.limits_for(account.type).max_upload_bytes
+        where = f"the limit for {account.type} accounts (LANEWAY_MAX_UPLOAD_BYTES_"
+        where += f"{account.type.upper()})"
+    else:
+        limit, where = settings.max_upload_bytes, "the limit (LANEWAY_MAX_UPLOAD_BYTES)"
+    if request.content_length is None or request.content_length > limit:
+        return f"the request body is larger than {size_text(limit)}, {where}"
+    form_limit = request.max_form_memory_size or 0
+    return (
+        f"a form field is larger than {size_text(form_limit)} or the form has more than "
+        f"{request.max_form_parts} parts: send the data as a file part (with a filename)"
+    )
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response | tuple[str, int]:
+        code = exc.code or 500
+        message = too_large_message() if code == 413 else (exc.description or exc.name)
+        if request.blueprint == "pages":
+            html = render_template("pages/error.html", code=code, name=exc.name, message=message)
+            return html, code
+        response = error_response(code, exc.name.lower().replace(" ", "_"), message)
+        if code == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        if code == 405 and exc.valid_methods:  # type: ignore[attr-defined]
+            response.headers["Allow"] = ", ".join(exc.valid_methods)  # type: ignore[attr-defined]
+        return response

@@ -1,0 +1,162 @@
+"""Rate limits per account (Flask-Limiter on Redis), CSRF (Flask-WTF), the session cookie's
+secret and settings, and the security headers every response carries."""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from flask import Flask, Response, current_app, g, request
+from flask_limiter import ApplicationLimit, Limiter
+from flask_wtf.csrf import CSRFProtect
+
+from laneway.redis_conn import client_url
+from laneway.settings import Settings
+from webapp.auth import BEARER_BLUEPRINTS, identify
+
+SESSION_LIFETIME = timedelta(hours=12)
+# Nothing from other origins: no CDN, no inline script or style, no framing by anyone.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    # Not no-referrer: over HTTPS, Flask-WTF checks that a form post's Referer is this site.
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+}
+
+
+def secret_key(settings: Settings) -> str:
+    """LANEWAY_SECRET_KEY, else a key generated once and kept in LANEWAY_HOME/secret_key,
+    so every web process on this machine signs sessions alike and restarts keep them."""
+    if settings.secret_key:
+        return settings.secret_key
+    path = Path(settings.home) / "secret_key"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_EXCL: of several workers starting at once, exactly one writes the key.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):  # another process created it and may still be writing
+            key = path.read_text().strip()
+            if key:
+                return key
+            time.sleep(0.02)
+        raise RuntimeError(f"{path} is empty: delete it, or set LANEWAY_SECRET_KEY") from None
+    key = secrets.token_urlsafe(48)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    return key
+
+
+def limiter_storage_url(redis_url: str) -> str:
+    """The `limits` library spells a unix-socket Redis `redis+unix://`."""
+    url = client_url(redis_url)
+    return "redis+unix://" + url[len("unix://") :] if url.startswith("unix://") else url
+
+
+def _rate_key() -> str:
+    account = g.get("account")
+    # Never the key itself: rate-limit keys are logged when a limit is hit.
+    return f"account:{account.id}" if account is not None else f"address:{request.remote_addr}"
+
+
+def init_security(app: Flask, settings: Settings) -> Limiter:
+    """Wire identification, rate limits, CSRF, cookie settings and headers into the app."""
+    app.config.update(
+        SECRET_KEY=secret_key(settings),
+        SESSION_COOKIE_NAME="laneway_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=settings.secure_cookies,
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        # A login form's token lives as long as its session, not one hour.
+        WTF_CSRF_TIME_LIMIT=None,
+    )
+    # Order matters: the caller must be known before the limiter picks their bucket.
+    app.before_request(identify)
+    # after_request hooks run in reverse order: this one sees the limiter's headers.
+    app.after_request(_rate_limit_headers)
+
+    def rate_limit() -> str:
+        account = g.get("account")
+        if account is None:
+            return settings.anonymous_rate_limit
+        return settings.limits_for(account.type).rate_limit
+
+    def breach_message() -> str:
+        account = g.get("account")
+        if account is None:
+            return (
+                f"too many requests without a valid API key from this address "
+                f"(limit {settings.anonymous_rate_limit}, LANEWAY_RATE_LIMIT_ANONYMOUS)"
+            )
+        return (
+            f"too many requests: {account.type} accounts may make "
+            f"{settings.limits_for(account.type).rate_limit} "
+            f"(LANEWAY_RATE_LIMIT_{account.type.upper()}); retry after Retry-After seconds"
+        )
+
+    limiter = Limiter(
+        _rate_key,
+        application_limits=[ApplicationLimit(rate_limit, error_message=breach_message)],
+        storage_uri=limiter_storage_url(settings.redis_url),
+        storage_options={"socket_timeout": 5},
+        strategy="sliding-window-counter",
+        key_prefix="laneway",
+        headers_enabled=True,
+        retry_after="delta-seconds",
+        # Redis down must not turn every request into a 500: the limiter logs and lets it pass.
+        swallow_errors=True,
+    )
+    limiter.init_app(app)
+    # Load balancers poll health: it must never be refused.
+    limiter.exempt(app.view_functions["ops.healthz"])
+    csrf = CSRFProtect(app)
+    for name in BEARER_BLUEPRINTS:
+        csrf.exempt(app.blueprints[name])
+    app.after_request(_security_headers)
+    return limiter
+
+
+def _rate_limit_headers(response: Response) -> Response:
+    """Besides Flask-Limiter's X-RateLimit-* (reset as a Unix time), the IETF draft's
+    RateLimit-* (reset in seconds) and RateLimit-Policy. The limiter adds Retry-After to
+    every answer; it stays only where it means something: a 429, or a 503 (a full lane)."""
+    for limiter in current_app.extensions.get("limiter", ()):
+        current = limiter.current_limit
+        if current is None:
+            continue
+        try:
+            reset_time, remaining = current.window
+            reset = max(0, math.ceil(reset_time - time.time()))
+        except Exception:  # noqa: BLE001 - storage gone: the limiter already let it pass
+            continue
+        item = current.limit
+        response.headers["RateLimit-Limit"] = str(item.amount)
+        response.headers["RateLimit-Remaining"] = str(max(0, remaining))
+        response.headers["RateLimit-Reset"] = str(reset)
+        response.headers["RateLimit-Policy"] = f"{item.amount};w={item.get_expiry()}"
+    if response.status_code == 503:
+        return response  # its own Retry-After: when the lane may have room
+    if response.status_code != 429:
+        response.headers.pop("Retry-After", None)
+    elif response.headers.get("Retry-After") == "0":
+        response.headers["Retry-After"] = "1"  # "0" would invite an immediate retry
+    return response
+
+
+def _security_headers(response: Response) -> Response:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    if request.is_secure:
+        response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
+    return response

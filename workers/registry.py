@@ -1,0 +1,216 @@
+"""Each worker process records itself in Postgres and beats a heartbeat there.
+
+The reconciler trusts a chunk's "running" state only while the worker process running it
+keeps beating: a killed worker (SIGKILL, a lost host) stops beating, and its chunk goes
+back to its lane within `Settings.worker_dead_after` seconds instead of waiting for the
+broker's visibility timeout. Identity is per process start (`instance_id`), not per node
+name, so a worker restarted under the same name does not vouch for its dead predecessor.
+
+Pool processes count the chunk tasks running (beat stops gpu workers idle too long) and
+record idle periods; a worker started because work waited records its cold start: from
+the moment the fleet saw the work waiting to the end of its first chunk task.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import update
+
+from db.models import Worker, WorkerEvent
+from db.queries import aware, utcnow
+from db.session import session_scope
+from laneway.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+# Set by whoever starts the worker (the fleet), read by the worker and its pool children.
+ENV_INSTANCE = "LANEWAY_WORKER_INSTANCE"
+ENV_START_REASON = "LANEWAY_START_REASON"
+ENV_WAITING_SINCE = "LANEWAY_WORK_WAITING_SINCE"
+# Idle periods shorter than this (the gap between two chunks) are not worth a row.
+MIN_IDLE_RECORDED = 1.0
+
+_state: dict[str, Any] = {}
+
+
+def make_instance_id(hostname: str) -> str:
+    return f"{hostname}/{uuid.uuid4().hex[:12]}"
+
+
+def new_instance_id(hostname: str) -> str:
+    """The id the fleet chose for this process, or a new one. Set in the worker's parent
+    before its pool forks, so children inherit it."""
+    instance = os.environ.get(ENV_INSTANCE) or make_instance_id(hostname)
+    os.environ[ENV_INSTANCE] = instance
+    return instance
+
+
+def instance_id() -> str:
+    """This worker's instance id (its parent's, in a pool child); a stand-in elsewhere."""
+    return os.environ.get(ENV_INSTANCE) or f"{socket.gethostname()}/{os.getpid()}/local"
+
+
+def _waiting_since() -> datetime | None:
+    raw = os.environ.get(ENV_WAITING_SINCE)
+    try:
+        return datetime.fromisoformat(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def register(instance: str, hostname: str, queues: Sequence[str], device: str | None) -> None:
+    now = utcnow()
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES") if "gpu" in queues else None
+    with session_scope() as session:
+        session.merge(
+            Worker(
+                id=instance,
+                hostname=hostname,
+                queues=sorted(queues),
+                device=device,
+                gpu_device=gpu,
+                pid=os.getpid(),
+                started_at=now,
+                last_seen_at=now,
+                idle_since=now,
+                running_tasks=0,
+                start_reason=(os.environ.get(ENV_START_REASON) or "started by hand")[:200],
+                waiting_since=_waiting_since(),
+            )
+        )
+
+
+def ready(instance: str) -> None:
+    """A pool process finished loading its models: idle time counts from now, not from
+    the start of a worker that could not run anything yet."""
+    with session_scope() as session:
+        session.execute(
+            update(Worker)
+            .where(Worker.id == instance, Worker.running_tasks == 0)
+            .values(idle_since=utcnow())
+        )
+
+
+def task_started(instance: str) -> None:
+    """A chunk task starts in a pool process: count it, and close the idle period."""
+    now = utcnow()
+    with session_scope() as session:
+        worker = session.get(Worker, instance, with_for_update=True)
+        if worker is None:
+            return
+        idle_since = aware(worker.idle_since)
+        if worker.running_tasks == 0 and idle_since is not None:
+            idle = (now - idle_since).total_seconds()
+            if idle >= MIN_IDLE_RECORDED:
+                session.add(
+                    WorkerEvent(
+                        worker_id=instance,
+                        hostname=worker.hostname,
+                        kind="idle",
+                        detail={"from": idle_since.isoformat(), "seconds": round(idle, 3)},
+                    )
+                )
+        worker.running_tasks += 1
+
+
+def task_finished(instance: str) -> None:
+    """A chunk task ended: count it down; the first one ends a scale-up's cold start."""
+    now = utcnow()
+    with session_scope() as session:
+        worker = session.get(Worker, instance, with_for_update=True)
+        if worker is None:
+            return
+        worker.running_tasks = max(0, worker.running_tasks - 1)
+        if worker.running_tasks == 0:
+            worker.idle_since = now
+        if worker.first_task_at is None:
+            worker.first_task_at = now
+            waiting = aware(worker.waiting_since)
+            if waiting is not None:
+                worker.cold_start_seconds = round((now - waiting).total_seconds(), 3)
+
+
+def beat(instance: str) -> None:
+    with session_scope() as session:
+        session.execute(update(Worker).where(Worker.id == instance).values(last_seen_at=utcnow()))
+
+
+def stopped(instance: str, reason: str) -> None:
+    with session_scope() as session:
+        session.execute(
+            update(Worker)
+            .where(Worker.id == instance, Worker.stopped_at.is_(None))
+            .values(stopped_at=utcnow(), stop_reason=reason[:200])
+        )
+
+
+def record_event(
+    instance: str, hostname: str, kind: str, reason: str | None = None, **detail: Any
+) -> None:
+    """A worker event (start, exit, scale_down) from whoever caused or saw it."""
+    with session_scope() as session:
+        session.add(
+            WorkerEvent(
+                worker_id=instance,
+                hostname=hostname,
+                kind=kind,
+                reason=reason[:200] if reason else None,
+                detail=detail or None,
+            )
+        )
+
+
+def start_heartbeat(
+    instance: str,
+    hostname: str,
+    queues: Sequence[str],
+    device: str | None,
+    settings: Settings | None = None,
+) -> threading.Event:
+    """Register the worker and beat every `worker_heartbeat` seconds until the event is set.
+
+    Database outages are logged and ridden out: the thread keeps trying, and the reconciler
+    (which needs the same database) cannot act on a missed beat meanwhile anyway.
+    """
+    settings = settings or get_settings()
+    stop = threading.Event()
+
+    def loop() -> None:
+        registered = False
+        while not stop.is_set():
+            try:
+                if not registered:
+                    register(instance, hostname, queues, device)
+                    registered = True
+                else:
+                    beat(instance)
+            except Exception as exc:  # noqa: BLE001 - never let the heartbeat thread die
+                log.warning("worker heartbeat failed: %s", type(exc).__name__)
+            stop.wait(settings.worker_heartbeat)
+
+    thread = threading.Thread(target=loop, name="laneway-heartbeat", daemon=True)
+    thread.start()
+    _state.update(instance=instance, stop=stop, thread=thread)
+    return stop
+
+
+def stop_heartbeat(reason: str = "shutdown") -> None:
+    """Stop beating and record the stop (a warm shutdown; a killed worker never gets here)."""
+    stop = _state.pop("stop", None)
+    if stop is None:
+        return
+    stop.set()
+    thread = _state.pop("thread", None)
+    if thread is not None:
+        thread.join(timeout=5)
+    try:
+        stopped(_state.pop("instance"), reason)
+    except Exception as exc:  # noqa: BLE001 - shutting down regardless
+        log.warning("could not record the worker's stop: %s", type(exc).__name__)
