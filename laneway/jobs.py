@@ -78,7 +78,8 @@ def choose_routing(settings: Settings, account_type: str, n_items: int) -> Routi
         n_items,
         gpu_threshold=settings.gpu_threshold,
         deadline=settings.deadline(account_type),
-        stats=read_lane_stats(settings),
+        stats=read_lane_stats(settings) if settings.routing == "measured" else None,
+        pinned=settings.routing == "threshold",
         live=live_lanes(settings),
         prices=Prices(settings.cpu_price, settings.gpu_price, settings.gpu_idle_timeout),
     )

@@ -123,8 +123,10 @@ def route(
     stats: LaneStats | None,
     live: LiveLanes,
     prices: Prices,
+    pinned: bool = False,
 ) -> Routing:
-    """The lane for a job, with the inputs and estimates it was chosen from."""
+    """The lane for a job, with the inputs and estimates it was chosen from. `pinned`: the
+    threshold rule decides whatever was measured (LANEWAY_ROUTING=threshold)."""
     _check(account_type, n_items)
     inputs: dict[str, Any] = {
         "account_type": account_type,
@@ -140,7 +142,8 @@ def route(
         return Routing("cpu", "account", "no gpu device in the fleet", inputs, {})
     if stats is None:
         lane = choose_lane(account_type, n_items, gpu_threshold)
-        reason = f"nothing measured yet: {n_items} items {'>' if lane == 'gpu' else '<='} "
+        why = "LANEWAY_ROUTING=threshold" if pinned else "nothing measured yet"
+        reason = f"{why}: {n_items} items {'>' if lane == 'gpu' else '<='} "
         return Routing(
             lane, "threshold", reason + f"LANEWAY_GPU_THRESHOLD={gpu_threshold}", inputs, {}
         )

@@ -347,6 +347,10 @@ class Settings:
     embedded_redis: bool = True
     chunk_size: int = 256
     gpu_threshold: int = 500
+    # "measured": route by the lanes' measured costs once both are measured (the threshold
+    # until then); "threshold": always LANEWAY_GPU_THRESHOLD (a fleet whose lanes must not
+    # shift with what was measured, e.g. a test run).
+    routing: str = "measured"
     gpu_fallback: str = ""
     device: str = "auto"
     batch_size: int = 32
@@ -475,6 +479,10 @@ class Settings:
         parsers: dict[str, tuple[str, Callable[[str], Any]]] = {
             "chunk_size": ("LANEWAY_CHUNK_SIZE", _int("LANEWAY_CHUNK_SIZE", 1)),
             "gpu_threshold": ("LANEWAY_GPU_THRESHOLD", _int("LANEWAY_GPU_THRESHOLD", 0)),
+            "routing": (
+                "LANEWAY_ROUTING",
+                _choice("LANEWAY_ROUTING", ("measured", "threshold")),
+            ),
             "gpu_fallback": (
                 "LANEWAY_GPU_FALLBACK",
                 _choice("LANEWAY_GPU_FALLBACK", ("", "cpu")),

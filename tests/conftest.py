@@ -66,6 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
         LANEWAY_HOME=home,
         LANEWAY_CHUNK_SIZE="16",
         LANEWAY_GPU_THRESHOLD="40",
+        # Lanes by the threshold: what earlier tests measured must not move later tests'
+        # jobs to the other lane (routing by measured costs is tested on its own).
+        LANEWAY_ROUTING="threshold",
         LANEWAY_TORCH_THREADS="1",
         HF_HUB_OFFLINE="1",
     )

@@ -83,8 +83,15 @@ def stop_started_since(count: int) -> None:
     del STARTED[count:]
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, procs=()) -> object:
-    """Poll until predicate() is truthy; fail early, with logs, if a process died."""
+def wait_for(
+    predicate: Callable[[], object],
+    timeout: float,
+    what: str,
+    procs=(),
+    report: Callable[[], str] | None = None,
+) -> object:
+    """Poll until predicate() is truthy; fail early, with logs, if a process died.
+    `report` adds what the database or broker looked like to a timeout's message."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for p in procs:
@@ -95,7 +102,8 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, procs=(
             return value
         time.sleep(0.1)
     logs = "\n".join(f"--- {p.name}\n{p.tail()}" for p in procs)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
+    state = f"\n--- state\n{report()}" if report else ""
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}{state}\n{logs}")
 
 
 def start_web(logdir: Path, env: dict[str, str] | None = None) -> tuple[Proc, str]:

@@ -122,6 +122,19 @@ def gpu_events(settings, since) -> list[WorkerEvent]:
         return list(events)
 
 
+def gpu_workers_report(settings) -> str:
+    """The gpu workers as the database sees them (for a failure's message)."""
+    with session_scope(settings) as session:
+        rows = session.scalars(
+            select(Worker).where(Worker.hostname.like("gpu%")).order_by(Worker.started_at)
+        ).all()
+        return "\n".join(
+            f"{w.id} running={w.running_tasks} idle_since={w.idle_since} "
+            f"seen={w.last_seen_at} stopped={w.stopped_at} ({w.stop_reason})"
+            for w in rows
+        )
+
+
 def now_db(settings):
     from db.queries import utcnow
 
@@ -203,12 +216,11 @@ def test_scale_downs_in_the_middle_of_a_stream_of_jobs_lose_nothing(
             # ran this job's model stage may be stopped before the cpu lane's post stage
             # has finished the job: look for any scale-down since the job was sent.)
             wait_for(
-                lambda s=submitted: any(
-                    e.kind == "scale_down" for e in gpu_events(settings, s)
-                ),
-                60,
+                lambda s=submitted: any(e.kind == "scale_down" for e in gpu_events(settings, s)),
+                90,
                 "a scale-down",
                 fleet,
+                report=lambda: gpu_workers_report(settings),
             )
         else:
             # ...or just as beat looks for idle workers (idle timeout 3 s, checked every s).
@@ -223,7 +235,13 @@ def test_scale_downs_in_the_middle_of_a_stream_of_jobs_lose_nothing(
         return (downs, ups) if downs >= 2 and ups >= 2 else None
 
     # Scaled down and up again more than once in the middle of the stream.
-    wait_for(cycles, 60, "two scale-downs and two scale-ups", fleet)
+    wait_for(
+        cycles,
+        90,
+        "two scale-downs and two scale-ups",
+        fleet,
+        report=lambda: gpu_workers_report(settings),
+    )
     with session_scope(settings) as session:
         lanes = session.scalars(select(Job.lane).where(Job.id.in_(jobs))).all()
     assert set(lanes) == {"gpu"}

@@ -60,7 +60,23 @@ def wait_final(settings, job_id, timeout: float, procs) -> str:
             status = session.get(Job, job_id).status
         return status if status in FINAL else None
 
-    return wait_for(final, timeout, f"job {job_id} to end", procs)
+    return wait_for(
+        final, timeout, f"job {job_id} to end", procs, report=lambda: job_report(settings, job_id)
+    )
+
+
+def job_report(settings, job_id) -> str:
+    """The job and its chunks as the database sees them (for a failure's message)."""
+    with session_scope(settings) as session:
+        job = session.get(Job, job_id)
+        chunks = session.scalars(select(Chunk).where(Chunk.job_id == job_id).order_by(Chunk.seq))
+        lines = [f"job {job_id}: {job.status if job else None}"]
+        lines += [
+            f"chunk {c.seq} ({c.id}): {c.state}/{c.stage} attempts={c.attempts} "
+            f"worker={c.worker} queued_at={c.queued_at} finished_at={c.finished_at}"
+            for c in chunks
+        ]
+    return "\n".join(lines)
 
 
 def assert_exactly_one_result_each(settings, job_id, n: int, failed=frozenset()) -> None:

@@ -17,6 +17,7 @@ from tests.faults.harness import (
     chunk_states,
     cpu_worker,
     events,
+    job_report,
     submit,
     wait_final,
 )
@@ -48,7 +49,13 @@ def test_flushdb_mid_job_loses_nothing(settings, migrated, account_factory, tmp_
             states = chunk_states(settings, job_id)
             return states.count("done") >= 1 and states.count("queued") >= 2
 
-        wait_for(some_done_some_waiting, 120, "the job to be under way", procs)
+        wait_for(
+            some_done_some_waiting,
+            120,
+            "the job to be under way",
+            procs,
+            report=lambda: job_report(settings, job_id),
+        )
         redis.Redis.from_url(settings.redis_url).flushdb()
         flushed = time.monotonic()
         status = wait_final(settings, job_id, RECOVERY_DEADLINE, procs)

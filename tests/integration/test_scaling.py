@@ -114,6 +114,7 @@ def test_each_job_records_how_its_lane_was_chosen(settings, migrated, account_fa
     from laneway.jobs import submit_job
 
     account, _ = account_factory("enterprise")
+    settings = replace(settings, routing="measured")
     store_lane_stats(None, settings)
     threshold = submit_job(account, [(str(i), f"t{i}") for i in range(50)], settings=settings)
     mine = {
@@ -124,6 +125,11 @@ def test_each_job_records_how_its_lane_was_chosen(settings, migrated, account_fa
     assert read_lane_stats(settings).gpu_items_per_second == pytest.approx(2000)
     try:
         measured = submit_job(account, [(str(i), f"t{i}") for i in range(50)], settings=settings)
+        pinned = submit_job(
+            account,
+            [(str(i), f"t{i}") for i in range(50)],
+            settings=replace(settings, routing="threshold"),
+        )
     finally:
         store_lane_stats(None, settings)
     with session_scope(settings) as session:
@@ -135,3 +141,6 @@ def test_each_job_records_how_its_lane_was_chosen(settings, migrated, account_fa
     assert set(second["estimates"]) == {"cpu", "gpu"}
     assert second["inputs"]["stats"]["gpu_items_per_second"] == pytest.approx(2000)
     assert second["lane"] == measured.lane
+    # LANEWAY_ROUTING=threshold: the threshold decides, whatever was measured.
+    assert pinned.routing["policy"] == "threshold" and pinned.lane == "gpu"
+    assert pinned.routing["reason"].startswith("LANEWAY_ROUTING=threshold: 50 items > ")

@@ -37,6 +37,7 @@ def test_urls_select_postgres_through_psycopg3_and_external_redis():
         ("LANEWAY_REDIS_URL", "http://localhost"),
         ("LANEWAY_DEFAULT_LABELS", "only-one"),
         ("LANEWAY_TORCH_THREADS", "2.5"),
+        ("LANEWAY_ROUTING", "cheapest"),
     ],
 )
 def test_malformed_settings_name_the_variable(var, value):
