@@ -416,6 +416,12 @@ class Settings:
     # "" means generate one under LANEWAY_HOME on first use (webapp.security.secret_key).
     secret_key: str = field(default="", repr=False)
     secure_cookies: bool = True
+    # Monitoring: Prometheus at /metrics (off: 404), Flower's port, task cap and the link
+    # the dashboard shows ("": http://<this host>:<flower_port>/).
+    metrics: bool = True
+    flower_port: int = 5555
+    flower_max_tasks: int = 10_000
+    flower_url: str = ""
 
     def limits_for(self, account_type: str) -> AccountLimits:
         """The limits of an account type."""
@@ -547,6 +553,10 @@ class Settings:
             "inbox_settle": ("LANEWAY_INBOX_SETTLE", _int("LANEWAY_INBOX_SETTLE", 0)),
             "inbox_max_items": ("LANEWAY_INBOX_MAX_ITEMS", _int("LANEWAY_INBOX_MAX_ITEMS", 1)),
             "inbox_tasks": ("LANEWAY_INBOX_TASKS", _tasks("LANEWAY_INBOX_TASKS")),
+            "metrics": ("LANEWAY_METRICS", _bool("LANEWAY_METRICS")),
+            "flower_port": ("LANEWAY_FLOWER_PORT", _int("LANEWAY_FLOWER_PORT", 1)),
+            "flower_max_tasks": ("LANEWAY_FLOWER_MAX_TASKS", _int("LANEWAY_FLOWER_MAX_TASKS", 1)),
+            "flower_url": ("LANEWAY_FLOWER_URL", _webhook_url("LANEWAY_FLOWER_URL")),
         }
         values: dict[str, Any] = {}
         for attr, (var, parse) in parsers.items():

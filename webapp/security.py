@@ -120,6 +120,7 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
     limiter.init_app(app)
     # Load balancers poll health: it must never be refused.
     limiter.exempt(app.view_functions["ops.healthz"])
+    limiter.exempt(app.view_functions["ops.metrics"])
     csrf = CSRFProtect(app)
     for name in BEARER_BLUEPRINTS:
         csrf.exempt(app.blueprints[name])
