@@ -65,3 +65,12 @@ def test_dead_processes_files_fold_into_an_archive_and_keep_their_counts(tmp_pat
     metrics.compact(tmp_path, alive=lambda pid: pid == 103)
     assert 'laneway_items_processed_total{lane="cpu"} 15.0' in _scrape(tmp_path)
     assert metrics.compact(tmp_path, alive=lambda pid: pid == 103) == []
+
+
+def test_flower_is_bounded_and_persists_nothing_in_the_working_directory(tmp_path):
+    from laneway.processes import flower_argv
+    from laneway.settings import Settings
+
+    argv = flower_argv(Settings(home=tmp_path), "0.0.0.0", 5555, 10000)
+    assert "--max_tasks=10000" in argv and "--persistent=False" in argv
+    assert f"--db={tmp_path / 'flower.db'}" in argv and "--address=0.0.0.0" in argv
