@@ -67,7 +67,7 @@ def bars(values: Mapping[str, float | None], title: str, fmt: str = "{:.2e}") ->
     row_h, label_w = 34, 110
     height = TOP + row_h * max(len(values), 1) + 8
     top = max((v for v in values.values() if v), default=0) or 1
-    plot_w = WIDTH - label_w - 110
+    plot_w = WIDTH - label_w - 180
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
         f'role="img" aria-label="{escape(title)}" class="chart">',

@@ -272,7 +272,8 @@ def live_workers(session: Session, settings: Settings) -> list[dict[str, Any]]:
     return [
         {
             "hostname": w.hostname,
-            "queues": ", ".join(w.queues),
+            # Not the worker's own remote-control queue (name@host.dq2).
+            "queues": ", ".join(q for q in w.queues if "@" not in q),
             "device": w.device or "?",
             "gpu_device": w.gpu_device,
             "busy": w.running_tasks > 0,
