@@ -121,7 +121,8 @@ def test_sign_in_submit_watch_download_and_see_the_fleet(browser, account_factor
         text = http.get(f"{url}/metrics").text
         processed = re.search(r'^laneway_items_processed_total\{lane="cpu"\} (\S+)$', text, re.M)
         assert processed and float(processed.group(1)) >= len(TEXTS), text[:3000]
-        assert re.search(r'^laneway_job_seconds_count\{lane="cpu",status="succeeded"\} ', text, re.M)
+        job_count = r'^laneway_job_seconds_count\{lane="cpu",status="succeeded"\} '
+        assert re.search(job_count, text, re.M)
     finally:
         context.close()
         worker.stop()
