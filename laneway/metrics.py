@@ -28,10 +28,10 @@ def metrics_dir(settings: Settings) -> Path:
 
 def _choose_dir() -> Path:
     """Every process of this machine writes into the same folder: set it before the first
-    metric exists (prometheus_client picks its value class from the environment)."""
-    if not os.environ.get(MULTIPROC_ENV):
-        os.environ[MULTIPROC_ENV] = str(metrics_dir(get_settings()))
-    path = Path(os.environ[MULTIPROC_ENV])
+    metric exists (prometheus_client picks its value class from the environment). Always
+    from this process's LANEWAY_HOME, never inherited from a parent with another home."""
+    path = metrics_dir(get_settings())
+    os.environ[MULTIPROC_ENV] = str(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
 
