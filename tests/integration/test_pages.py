@@ -331,3 +331,12 @@ def test_static_files_are_served_from_this_origin(client):
     assert script.status_code == 200 and b"fetch(" in script.data
     assert client.get("/static/laneway.css").status_code == 200
     assert client.get("/static/nothing.js").status_code == 404
+
+
+def test_a_form_part_without_a_name_is_refused_not_a_crash(browser):
+    body = b'--b\r\nContent-Disposition: form-data; name="\n"\r\n\r\nnull\r\n--b--\r\n'
+    for path in ("/submit", "/login"):
+        response = browser.post(
+            path, data=body, content_type="multipart/form-data; boundary=b", base_url=BASE
+        )
+        assert response.status_code == 400 and b"without a name" in response.data, path
