@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,9 +50,10 @@ from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 from prometheus_client.mmap_dict import MmapedDict  # noqa: E402
 from prometheus_client.multiprocess import MultiProcessCollector  # noqa: E402
 
-if values.ValueClass.__name__ == "MutexValue":
-    # prometheus_client was imported before this module: switch it to files now.
-    values.ValueClass = values.get_value_class()
+# Files are named <type>_<host>-<pid>.db: processes of several containers may share one
+# folder (a shared LANEWAY_HOME volume), and only this host's dead processes may be folded.
+HOST = socket.gethostname().replace("_", "-") or "localhost"
+values.ValueClass = values.MultiProcessValue(lambda: f"{HOST}-{os.getpid()}")
 
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 JOB_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86400)
@@ -157,9 +159,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _pid(path: Path) -> int | None:
-    tail = path.stem.rsplit("_", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+def _owner(path: Path) -> tuple[str, int] | None:
+    """(host, pid) from a file's name; None for an archive (or anything else)."""
+    host, _, pid = path.stem.rsplit("_", 1)[-1].rpartition("-")
+    return (host, int(pid)) if host and pid.isdigit() else None
 
 
 @contextmanager
@@ -172,16 +175,16 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def compact(path: Path, alive=_alive) -> list[Path]:  # noqa: ANN001
-    """Fold the files of dead processes into `<type>_archive.db` (counters and histogram
-    buckets add up) and delete their gauges; returns the files removed. Call under the
-    folder's lock."""
+def compact(path: Path, alive=_alive, host: str = HOST) -> list[Path]:  # noqa: ANN001
+    """Fold the files of this host's dead processes into `<type>_archive.db` (counters and
+    histogram buckets add up) and delete their gauges; returns the files removed. Call
+    under the folder's lock."""
     removed = []
     archives: dict[str, MmapedDict] = {}
     try:
         for f in sorted(path.glob("*.db")):
-            pid = _pid(f)
-            if pid is None or alive(pid):
+            owner = _owner(f)
+            if owner is None or owner[0] != host or alive(owner[1]):
                 continue
             kind = f.name.split("_", 1)[0]
             if kind in ("counter", "histogram", "summary"):

@@ -44,27 +44,35 @@ def test_dead_processes_files_fold_into_an_archive_and_keep_their_counts(tmp_pat
     key = mmap_key(
         "laneway_items_processed_total", "laneway_items_processed_total", ["lane"], ["cpu"], "Items"
     )
-    _write(tmp_path, "counter_101.db", key, 5.0)
-    _write(tmp_path, "counter_102.db", key, 7.0)
-    _write(tmp_path, "counter_103.db", key, 1.0)  # alive: left alone
+    _write(tmp_path, "counter_web-1-101.db", key, 5.0)
+    _write(tmp_path, "counter_web-1-102.db", key, 7.0)
+    _write(tmp_path, "counter_web-1-103.db", key, 1.0)  # alive: left alone
+    _write(tmp_path, "counter_worker-2-101.db", key, 4.0)  # another container's: left alone
     gauge = mmap_key("g", "g", [], [], "a gauge")
-    _write(tmp_path, "gauge_liveall_101.db", gauge, 1.0)
+    _write(tmp_path, "gauge_liveall_web-1-101.db", gauge, 1.0)
     before = _scrape(tmp_path)
-    assert 'laneway_items_processed_total{lane="cpu"} 13.0' in before
+    assert 'laneway_items_processed_total{lane="cpu"} 17.0' in before
 
-    removed = metrics.compact(tmp_path, alive=lambda pid: pid == 103)
+    def compact():
+        return metrics.compact(tmp_path, alive=lambda pid: pid == 103, host="web-1")
+
+    removed = compact()
     assert sorted(p.name for p in removed) == [
-        "counter_101.db",
-        "counter_102.db",
-        "gauge_liveall_101.db",
+        "counter_web-1-101.db",
+        "counter_web-1-102.db",
+        "gauge_liveall_web-1-101.db",
     ]
-    assert sorted(p.name for p in tmp_path.glob("*.db")) == ["counter_103.db", "counter_archive.db"]
-    assert 'laneway_items_processed_total{lane="cpu"} 13.0' in _scrape(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == [
+        "counter_archive.db",
+        "counter_web-1-103.db",
+        "counter_worker-2-101.db",
+    ]
+    assert 'laneway_items_processed_total{lane="cpu"} 17.0' in _scrape(tmp_path)
     # A second death adds to the archive; nothing is counted twice.
-    _write(tmp_path, "counter_104.db", key, 2.0)
-    metrics.compact(tmp_path, alive=lambda pid: pid == 103)
-    assert 'laneway_items_processed_total{lane="cpu"} 15.0' in _scrape(tmp_path)
-    assert metrics.compact(tmp_path, alive=lambda pid: pid == 103) == []
+    _write(tmp_path, "counter_web-1-104.db", key, 2.0)
+    compact()
+    assert 'laneway_items_processed_total{lane="cpu"} 19.0' in _scrape(tmp_path)
+    assert compact() == []
 
 
 def test_flower_is_bounded_and_persists_nothing_in_the_working_directory(tmp_path):
