@@ -81,11 +81,20 @@ def dead_letter_record(letter: DeadLetter) -> dict[str, Any]:
     }
 
 
-def dead_letters(session: Session, job_id: uuid.UUID) -> list[dict[str, Any]]:
+def dead_letters(
+    session: Session, job_id: uuid.UUID, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The job's dead letters, oldest first (the first `limit` of them)."""
     letters = session.scalars(
-        select(DeadLetter).where(DeadLetter.job_id == job_id).order_by(DeadLetter.id)
+        select(DeadLetter).where(DeadLetter.job_id == job_id).order_by(DeadLetter.id).limit(limit)
     )
     return [dead_letter_record(x) for x in letters]
+
+
+def open_letters(session: Session, job_id: uuid.UUID) -> int:
+    """Dead letters not sent back yet (what the retry button would send)."""
+    where = (DeadLetter.job_id == job_id, DeadLetter.retried_at.is_(None))
+    return session.scalar(select(func.count()).where(*where)) or 0
 
 
 class RetryRefused(Exception):
@@ -223,9 +232,15 @@ def throughput(session: Session, now=None) -> dict[str, list[int]]:  # noqa: ANN
     return series
 
 
-def cost_per_item(session: Session, settings: Settings, now=None) -> dict[str, float | None]:  # noqa: ANN001
-    """Dollars per item by lane over the chunks done in the last hour: CPU stages at the
-    CPU price, the model stage at its device's price (as a job's cost is reckoned)."""
+def cost_per_item(
+    session: Session,
+    settings: Settings,
+    items: dict[str, list[int]],
+    now=None,  # noqa: ANN001
+) -> dict[str, float | None]:
+    """Dollars per item by lane over the chunks done in the last hour (`items`: what
+    throughput() counted): CPU stages at the CPU price, the model stage at its device's
+    price (as a job's cost is reckoned)."""
     since = (now or utcnow()) - timedelta(hours=1)
     rows = session.execute(
         select(
@@ -242,7 +257,6 @@ def cost_per_item(session: Session, settings: Settings, now=None) -> dict[str, f
     for queue, device, pre, model, post in rows:
         model_price = settings.gpu_price if device == "cuda" else settings.cpu_price
         dollars[queue] += (pre + post) * settings.cpu_price + model * model_price
-    items = throughput(session, now)
     out: dict[str, float | None] = {}
     for lane in LANES:
         n = sum(items[lane])

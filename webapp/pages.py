@@ -198,7 +198,8 @@ def job(job_id: str) -> str:
         final = row.status in FINAL_JOB_STATUSES
         results = jobviews.results_page(db, row, number) if final else None
         failed = jobviews.failed_items(db, row.id) if final else []
-        letters = jobviews.dead_letters(db, row.id)
+        letters = jobviews.dead_letters(db, row.id, limit=100)
+        waiting = jobviews.open_letters(db, row.id)
     rows = [result_record(r) for r in results.rows] if results else []
     return render_template(
         "pages/job.html",
@@ -208,7 +209,7 @@ def job(job_id: str) -> str:
         rows=rows,
         failed=failed,
         letters=letters,
-        open_letters=any(x["retried_at"] is None for x in letters),
+        open_letters=waiting,
         retry=RetryForm(),
     )
 
@@ -270,7 +271,7 @@ def dashboard() -> str:
     with session_factory(settings)() as db:
         workers = jobviews.live_workers(db, settings)
         series = jobviews.throughput(db)
-        cost = jobviews.cost_per_item(db, settings)
+        cost = jobviews.cost_per_item(db, settings, series)
     step = jobviews.BUCKET_MINUTES
     ticks = [f"-{(jobviews.HOUR_BUCKETS - i) * step}m" for i in range(jobviews.HOUR_BUCKETS)]
     return render_template(
