@@ -1,0 +1,59 @@
+"""SIGTERM to `laneway worker` alone (what `docker stop` and a pod's termination send to
+PID 1) reaches its celery worker: the chunk it is running finishes and is acked, the
+worker takes nothing more, and laneway exits with the worker's status."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import redis
+
+from laneway.faults import stall_file
+from tasks.broker import UNACKED, lane_depth
+from tests.e2e.procs import wait_for
+from tests.faults.harness import (
+    assert_exactly_one_result_each,
+    chunk_states,
+    cpu_worker,
+    job_report,
+    stall_items,
+    wait_running_chunk,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_factory, tmp_path):
+    from laneway.jobs import submit_job
+
+    account, _ = account_factory("trial")
+    items = stall_items(32, stalled=20)  # two chunks of 16: the second is held
+    stall = stall_file(settings)
+    stall.touch()
+    worker = cpu_worker(tmp_path, "worker", env={"LANEWAY_FAULTS": "stall"})
+    try:
+        job_id = submit_job(account, items, settings=settings).id
+        wait_for(lambda: chunk_states(settings, job_id) == ["done", "running"], 60,
+                 "the second chunk to run (stalled)", [worker],
+                 report=lambda: job_report(settings, job_id))  # fmt: skip
+        wait_running_chunk(settings, job_id, [worker])
+
+        os.kill(worker.proc.pid, signal.SIGTERM)  # laneway alone, not its process group
+        wait_for(lambda: "Warm shutdown" in worker.log.read_text(), 30,
+                 "the celery worker to begin its warm shutdown", [worker])  # fmt: skip
+        stall.unlink()  # the chunk it runs may now finish
+        code = worker.proc.wait(60)
+    finally:
+        stall.unlink(missing_ok=True)
+        worker.stop()
+    assert code == 0, worker.tail()
+    assert chunk_states(settings, job_id) == ["done", "done"], job_report(settings, job_id)
+    assert_exactly_one_result_each(settings, job_id, 32)
+    # Acked: nothing is left delivered to the stopped worker, nothing waits in the lane;
+    # the job's callback waits in the maintenance queue for the next worker.
+    r = redis.Redis.from_url(settings.redis_url)
+    assert r.hlen(UNACKED) == 0
+    assert lane_depth(r, "cpu")["depth"] == 0
+    assert lane_depth(r, "maintenance")["queued"] >= 1
