@@ -9,9 +9,12 @@ import signal
 
 import pytest
 import redis
+from sqlalchemy import select
 
+from db.models import Chunk
+from db.session import session_scope
 from laneway.faults import stall_file
-from tasks.broker import UNACKED, lane_depth
+from tasks.broker import lane_depth, snapshot
 from tests.e2e.procs import wait_for
 from tests.faults.harness import (
     assert_exactly_one_result_each,
@@ -51,9 +54,11 @@ def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_fa
     assert code == 0, worker.tail()
     assert chunk_states(settings, job_id) == ["done", "done"], job_report(settings, job_id)
     assert_exactly_one_result_each(settings, job_id, 32)
-    # Acked: nothing is left delivered to the stopped worker, nothing waits in the lane;
-    # the job's callback waits in the maintenance queue for the next worker.
+    # Acked: none of the job's chunk messages is left delivered or queued; the job's
+    # callback waits in the maintenance queue for the next worker.
     r = redis.Redis.from_url(settings.redis_url)
-    assert r.hlen(UNACKED) == 0
-    assert lane_depth(r, "cpu")["depth"] == 0
+    held = snapshot(r, ["cpu", "maintenance"])
+    with session_scope(settings) as session:
+        task_ids = set(session.scalars(select(Chunk.task_id).where(Chunk.job_id == job_id)))
+    assert not task_ids & (held.waiting | set(held.delivered))
     assert lane_depth(r, "maintenance")["queued"] >= 1
