@@ -93,6 +93,13 @@ def test_compose_is_accepted_and_complete(compose):
         assert service["healthcheck"]["test"], f"{name} has no health check"
     for name in ("postgres", "redis"):
         assert services[name]["healthcheck"]["test"]
+    # Settings every process reads are the same everywhere (beat and the cpu workers scale
+    # gpu workers down, so the idle timeout is not the gpu worker's alone).
+    shared = services["web"]["environment"]
+    for name in LANEWAY_SERVICES:
+        env = services[name]["environment"]
+        assert {k: env.get(k) for k in shared} == shared, name
+    assert shared["LANEWAY_GPU_IDLE_TIMEOUT"] == "0"
     # A warm shutdown may take a chunk's whole time limit.
     assert services["worker-cpu"]["stop_grace_period"] == "11m0s"
 
