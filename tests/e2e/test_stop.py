@@ -15,7 +15,7 @@ from db.models import Chunk
 from db.session import session_scope
 from laneway.faults import stall_file
 from tasks.broker import lane_depth, snapshot
-from tests.e2e.procs import wait_for
+from tests.e2e.procs import start_web, wait_for
 from tests.faults.harness import (
     assert_exactly_one_result_each,
     chunk_states,
@@ -48,6 +48,7 @@ def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_fa
                  "the celery worker to begin its warm shutdown", [worker])  # fmt: skip
         stall.unlink()  # the chunk it runs may now finish
         code = worker.proc.wait(60)
+        wait_for(lambda: group_gone(worker.proc.pid), 30, "the celery worker to exit")
     finally:
         stall.unlink(missing_ok=True)
         worker.stop()
@@ -62,3 +63,23 @@ def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_fa
         task_ids = set(session.scalars(select(Chunk.task_id).where(Chunk.job_id == job_id)))
     assert not task_ids & (held.waiting | set(held.delivered))
     assert lane_depth(r, "maintenance")["queued"] >= 1
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_sigterm_to_laneway_web_stops_gunicorn(tmp_path):
+    web, _ = start_web(tmp_path)
+    os.kill(web.proc.pid, signal.SIGTERM)  # laneway alone
+    try:
+        code = web.proc.wait(30)
+        wait_for(lambda: group_gone(web.proc.pid), 30, "gunicorn and its workers to exit")
+    finally:
+        web.stop()
+    assert code == 0, web.tail()
+    assert "Shutting down: Master" in web.log.read_text()

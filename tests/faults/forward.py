@@ -4,7 +4,7 @@ host side of its veth pair, so workers inside a network namespace reach Redis an
 Postgres, which listen on 127.0.0.1 only (iptables' DNAT to 127.0.0.1 would need
 route_localnet and the iptables tools; this needs nothing).
 
-    python -m tests.faults.forward --listen 10.213.0.1 127.0.0.1:5432 127.0.0.1:6379
+    python tests/faults/forward.py --listen 10.213.0.1 127.0.0.1:5432 127.0.0.1:6379
 
 prints `FORWARD {"127.0.0.1:5432": port, ...}` (the ports it listens on), then serves
 until it is killed."""

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -39,6 +40,7 @@ from tests.faults.harness import (
 pytestmark = pytest.mark.e2e
 
 WHY_NOT = netns.unavailable()
+FORWARD = Path(__file__).with_name("forward.py")
 # Dead after 3 missed heartbeats + 5 s: 11 s at 2 s (the default 5 s gives 20 s).
 ENV = {**FAST, "LANEWAY_WORKER_HEARTBEAT": "2"}
 ITEMS, STALLED = 96, 40  # six chunks of 16; the third is held on whichever host takes it
@@ -54,7 +56,7 @@ def via(url: str, host: str, ports: dict[str, int]) -> str:
 
 
 def forwarder(host: netns.Host, targets: list[str], logdir) -> tuple[Proc, dict[str, int]]:
-    argv = [sys.executable, "-m", "tests.faults.forward", "--listen", host.gateway, *targets]
+    argv = [sys.executable, str(FORWARD), "--listen", host.gateway, *targets]
     proc = Proc(f"forward-{host.hostname}", argv, logdir)
 
     def ports():
