@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner
 
 from laneway.cli import cli
-from laneway.processes import worker_argv
+from laneway.processes import gpu_worker, worker_argv
 from laneway.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,10 +106,13 @@ def test_compose_is_accepted_and_complete(compose):
 
 def test_compose_health_checks_ping_the_workers_by_their_names(compose):
     services = compose(COMPOSE)["services"]
-    settings = Settings.from_env({})
-    for service, lane, name in (("worker-cpu", "cpu", None), ("worker-gpu", "gpu", "gpu0"),
-                                ("worker-interactive", "interactive", None)):  # fmt: skip
-        argv = worker_argv(lane, settings, name=name)
+    settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu"})  # as compose runs it
+    workers = {
+        "worker-cpu": worker_argv("cpu", settings),
+        "worker-gpu": gpu_worker(settings, "0")[1],  # device 0 is on every gpu host
+        "worker-interactive": worker_argv("interactive", settings),
+    }
+    for service, argv in workers.items():
         # `$$` is compose's escape: the shell in the container sees $HOSTNAME.
         node = argv[argv.index("-n") + 1].replace("%h", "$$HOSTNAME")
         assert f"ping -d {node} " in services[service]["healthcheck"]["test"][1], service
