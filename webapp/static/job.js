@@ -21,18 +21,27 @@
     eta.textContent = p.eta_seconds === null ? "" : "about " + Math.round(p.eta_seconds) + " s left";
   }
 
+  // Every second at first, then every 3 s: polls count against the account's rate limit
+  // (a demo account has 60 requests a minute). A 429 waits its Retry-After.
+  var polls = 0;
+  function next() { return ++polls <= 15 ? 1000 : 3000; }
+
   function poll() {
     fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
-      .then(function (r) { return r.ok ? r.json() : Promise.reject(r.status); })
+      .then(function (r) {
+        if (r.ok) return r.json();
+        var wait = parseInt(r.headers.get("Retry-After") || "0", 10);
+        return Promise.reject(Math.max(wait * 1000, 3000));
+      })
       .then(function (p) {
         show(p);
         if (p.final) {
           window.location.reload();
         } else {
-          window.setTimeout(poll, 1000);
+          window.setTimeout(poll, next());
         }
       })
-      .catch(function () { window.setTimeout(poll, 3000); });
+      .catch(function (wait) { window.setTimeout(poll, typeof wait === "number" ? wait : 3000); });
   }
   window.setTimeout(poll, 500);
 })();
