@@ -57,7 +57,7 @@ def test_sign_in_submit_watch_download_and_see_the_fleet(browser, account_factor
     account, key = account_factory("trial")  # the cpu lane
     # Plain HTTP on 127.0.0.1: the session cookie without its Secure flag.
     web, url = start_web(tmp_path, env={"LANEWAY_SECURE_COOKIES": "false"})
-    worker = cpu_worker(tmp_path, "cpu-browser", name="cpubrowser")
+    worker = None
     context = browser.new_context(accept_downloads=True, viewport={"width": 1200, "height": 800})
     page = context.new_page()
     problems: list[str] = []
@@ -82,9 +82,14 @@ def test_sign_in_submit_watch_download_and_see_the_fleet(browser, account_factor
         page.click("#submit-form button[type=submit]")
         page.wait_for_url(re.compile(rf"{re.escape(url)}/jobs/[0-9a-f-]{{36}}$"))
         job_id = page.url.rsplit("/", 1)[1]
-        assert page.locator("#bar").count() == 1
+        # No worker yet: the job waits, and the page shows it live from here on.
+        assert page.inner_text("#status") == "queued"
+        assert page.eval_on_selector("#bar", "bar => bar.value") == 0
+        assert page.locator("#download-jsonl").count() == 0
 
-        # The script polls the progress; at the end it reloads the page with the results.
+        worker = cpu_worker(tmp_path, "cpu-browser", name="cpubrowser")
+        # The script polls the progress and, once the job ends, reloads the page, which then
+        # has the results: nothing here navigates, so only the script can bring them.
         page.wait_for_selector("#download-jsonl")
         assert page.eval_on_selector("#bar", "bar => bar.value") == 100
         assert page.inner_text("#status") == "succeeded"
@@ -125,5 +130,6 @@ def test_sign_in_submit_watch_download_and_see_the_fleet(browser, account_factor
         assert re.search(job_count, text, re.M)
     finally:
         context.close()
-        worker.stop()
+        if worker is not None:
+            worker.stop()
         web.stop()
