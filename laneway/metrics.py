@@ -11,6 +11,7 @@ counts stay; the folder does not grow with every restart).
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 from collections.abc import Iterator, Mapping
@@ -27,13 +28,19 @@ def metrics_dir(settings: Settings) -> Path:
     return settings.home / "metrics"
 
 
-def _choose_dir() -> Path:
+def _choose_dir() -> Path | None:
     """Every process of this machine writes into the same folder: set it before the first
     metric exists (prometheus_client picks its value class from the environment). Always
     from this process's LANEWAY_HOME, never inherited from a parent with another home."""
     path = metrics_dir(get_settings())
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        # A read-only home must not stop the process: its metrics stay in memory, unseen.
+        logging.getLogger(__name__).warning("no metrics folder %s: %s", path, exc)
+        os.environ.pop(MULTIPROC_ENV, None)
+        return None
     os.environ[MULTIPROC_ENV] = str(path)
-    path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -53,7 +60,8 @@ from prometheus_client.multiprocess import MultiProcessCollector  # noqa: E402
 # Files are named <type>_<host>-<pid>.db: processes of several containers may share one
 # folder (a shared LANEWAY_HOME volume), and only this host's dead processes may be folded.
 HOST = socket.gethostname().replace("_", "-") or "localhost"
-values.ValueClass = values.MultiProcessValue(lambda: f"{HOST}-{os.getpid()}")
+if DIR is not None:
+    values.ValueClass = values.MultiProcessValue(lambda: f"{HOST}-{os.getpid()}")
 
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 JOB_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86400)
@@ -205,8 +213,10 @@ def exposition(settings: Settings) -> bytes:
     """The text a Prometheus scrape gets: every process's metrics on this machine, and the
     queues' depth."""
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(DIR))
     registry.register(QueueCollector(settings))
+    if DIR is None:
+        return generate_latest(registry)
+    MultiProcessCollector(registry, path=str(DIR))
     with _locked(DIR):
         compact(DIR)
         return generate_latest(registry)
