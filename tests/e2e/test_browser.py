@@ -47,10 +47,10 @@ def browser():
             b.close()
 
 
-def _shot(page, name: str) -> None:
+def _shot(page, name: str, full_page: bool = False) -> None:
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"))
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=full_page)
 
 
 def test_sign_in_submit_watch_download_and_see_the_fleet(browser, account_factory, tmp_path):
@@ -119,7 +119,7 @@ def test_sign_in_submit_watch_download_and_see_the_fleet(browser, account_factor
         assert "cpubrowser@" in page.inner_text("table.workers")
         assert page.locator("figure svg").count() == 2
         assert page.locator("figure svg rect").count() > 0  # the items just done
-        _shot(page, "dashboard")
+        _shot(page, "dashboard", full_page=True)
         assert problems == []
 
         # The worker's own metrics reach the web app's /metrics (one folder per machine).
