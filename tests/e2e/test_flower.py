@@ -3,7 +3,9 @@ keeps its task count bounded, and writes nothing into the working directory."""
 
 from __future__ import annotations
 
+import signal
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
@@ -54,6 +56,10 @@ def test_flower_runs_on_the_broker_and_sees_a_worker(tmp_path, monkeypatch):
         children = open(f"/proc/{pid}/task/{pid}/children").read().split()
         argv = [open(f"/proc/{c}/cmdline").read().split("\0") for c in children]
         assert any("flower" in a and "--max_tasks=50" in a for a in argv), argv
+        # SIGTERM to `laneway flower` alone (what docker stop does) stops Flower too.
+        flower.proc.send_signal(signal.SIGTERM)
+        assert flower.proc.wait(30) == 0, flower.tail()
+        assert not any(Path(f"/proc/{c}").exists() for c in children), children
     finally:
         flower.stop()
     assert list(workdir.iterdir()) == []
