@@ -159,7 +159,7 @@ def submit() -> Response | tuple[str, int] | str:
         return render_template("pages/submit.html", form=form), 400 if form.errors else 200
     settings = app_settings()
     try:
-        tasks = parse_tasks(form.tasks.data or None, None)
+        tasks = parse_tasks(form.tasks.data or [], None)
         labels = parse_labels(form.labels.data or None, None) if "classify" in tasks else None
         items = _form_items(form, settings)
         job = submit_job(

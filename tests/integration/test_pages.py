@@ -148,10 +148,12 @@ def _signed_in(app, account_factory, type_: str = "standard"):
     return browser, account
 
 
-def _submit(browser, data: dict):
+def _submit(browser, data: dict, ticked: bool = True):
+    """Post the form as a browser would: classify is ticked unless the data says otherwise
+    (or nothing is, with ticked=False)."""
     page = browser.get("/submit", base_url=BASE)
     assert page.status_code == 200
-    data = {"csrf_token": _csrf(page.data), **data}
+    data = {"csrf_token": _csrf(page.data), **({"tasks": ["classify"]} if ticked else {}), **data}
     return browser.post(
         "/submit",
         data=data,
@@ -268,7 +270,10 @@ def test_an_upload_goes_through_the_streaming_path_and_bad_input_is_named(app, a
     empty = _submit(browser, {"texts": "  \n "})
     assert empty.status_code == 400 and b"paste at least one text" in empty.data
     wrong = _submit(browser, {"texts": "hi", "tasks": ["translate"]})
-    assert wrong.status_code == 400
+    assert wrong.status_code == 400 and b"is not a valid choice" in wrong.data
+    # A form posts no checkbox at all when none is ticked.
+    none = _submit(browser, {"texts": "hi", "labels": "a, b"}, ticked=False)
+    assert none.status_code == 400 and b"non-empty list of task names" in none.data
 
 
 def test_the_jobs_list_is_the_accounts_own_and_paged(app, account_factory):
