@@ -83,8 +83,10 @@ def signed_in(view: Callable[..., Any]) -> Callable[..., Any]:
 
 @pages.context_processor
 def _layout() -> dict[str, Any]:
-    """The navigation's sign-out form, on every page of a signed-in account."""
-    return {"logout": LogoutForm(), "account": g.get("account")}
+    """The navigation's sign-out form, on every page of a signed-in account. It is only
+    rendered, never filled from the request: reading a body that is too large would raise
+    again inside the error page that answers it."""
+    return {"logout": LogoutForm(formdata=None), "account": g.get("account")}
 
 
 @pages.after_request
