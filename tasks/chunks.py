@@ -32,7 +32,8 @@ from db.models import FINISHED_CHUNK_STATES, OPEN_CHUNK_STATES, Chunk, Job
 from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import session_scope
 from inference.batching import Interrupted, interruptible
-from inference.pipeline import Staged
+from inference.pipeline import Staged, StageTimes
+from laneway.cache import ResultCache, cached_compute
 from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
@@ -282,6 +283,27 @@ def _runner(work: Work) -> Callable[[Sequence[str]], list[dict[str, Any]]]:
     return run
 
 
+_cache: dict[int, ResultCache] = {}
+
+
+def _cached_run(work: Work) -> tuple[list[dict[str, Any]], StageTimes]:
+    """All three stages over the chunk's texts that the result cache lacks (identical
+    texts once); the cache is shared with the interactive path (laneway/cache.py)."""
+    settings = get_settings()
+    if id(settings) not in _cache:
+        _cache[id(settings)] = ResultCache(redis_client(settings), settings)
+    pipeline, check = get_pipeline(), model_stage_check(settings)
+    times = StageTimes()
+
+    def compute(texts: Sequence[str]) -> list[dict[str, Any]]:
+        nonlocal times
+        outputs, times = pipeline.run(texts, work.tasks, work.labels, before_model=check)
+        return outputs
+
+    outputs, _ = cached_compute(_cache[id(settings)], work.tasks, work.labels, work.texts, compute)
+    return outputs, times
+
+
 @shared_task(name="laneway.run_chunk", bind=True, base=LanewayTask)
 def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     """All three stages in one task (the cpu lane)."""
@@ -293,9 +315,7 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         with interruptible(CancelWatch(work.job_id)):
-            outputs, times = get_pipeline().run(
-                work.texts, work.tasks, work.labels, before_model=model_stage_check(settings)
-            )
+            outputs, times = _cached_run(work)
     except Exception as exc:
         return _on_failure(self, work, exc, _runner(work), started, device=device)
     return _finish(
