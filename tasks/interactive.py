@@ -38,7 +38,11 @@ _lock = threading.Lock()
 
 
 def is_interactive(queues: Sequence[str] | None) -> bool:
-    return bool(queues) and all(q.startswith(INTERACTIVE_PREFIX) for q in queues or ())
+    """A worker of interactive queues alone (beside its own `<node>.dq` queue)."""
+    queues = list(queues or ())
+    return any(q.startswith(INTERACTIVE_PREFIX) for q in queues) and not {"cpu", "gpu"} & set(
+        queues
+    )
 
 
 def run_requests(requests: Sequence[Request]) -> list[list[dict[str, Any]]]:

@@ -58,7 +58,8 @@ def _parse(settings: Settings, fields: tuple[str, ...], tasks: list[str] | None)
         items.append((item_id, text))
     if not items:
         raise InputError("the request has no items")
-    given = parse_labels(body.get("labels"), default=None) if "classify" in tasks else None
+    # Checked whatever the task, so a malformed field is never silently ignored.
+    given = parse_labels(body.get("labels"), default=None)
     return tasks, resolve_labels(settings, tasks, given), items
 
 
@@ -113,6 +114,9 @@ def _sync(task: str) -> Response:
     wait = _wait(settings)
     started = time.perf_counter()
     results = _cached(settings, tasks, labels, items)
+    cached = results is not None
+    if results is None and wait <= 0:
+        return _applied(_as_job(settings, tasks, labels, items), wait)
     if results is None:
         req = ia.new_request(tasks, labels, items, keep=False)
         try:
@@ -128,6 +132,7 @@ def _sync(task: str) -> Response:
     response = jsonify(
         task=task,
         results=results,
+        cached=cached,
         seconds=round(time.perf_counter() - started, 4),
     )
     return _applied(response, wait)
