@@ -20,7 +20,8 @@ class Clock:
 
 def batcher(run=None, max_items=4, max_wait=0.050):
     clock = Clock()
-    return DynamicBatcher(run or (lambda xs: [x * 10 for x in xs]), max_items, max_wait, clock), clock
+    run = run or (lambda xs: [x * 10 for x in xs])
+    return DynamicBatcher(run, max_items, max_wait, clock), clock
 
 
 def test_a_lone_request_on_a_quiet_system_is_not_held():
