@@ -21,6 +21,7 @@ from laneway.inputs import InputError, Limits, json_items, parse_json_body, pars
 from laneway.jobs import parse_tasks, resolve_labels, submit_job
 from laneway.settings import TASKS, Settings
 from tasks.lifecycle import LaneFull
+from webapp.api import job_created, lane_full
 from webapp.auth import app_settings, check_account
 from webapp.errors import error_response
 
@@ -79,21 +80,13 @@ def _applied(response: Response, wait: float) -> Response:
 
 def _as_job(settings: Settings, tasks: list[str], labels: list[str], items) -> Response:
     """No answer in time: the request becomes a job in Postgres, answered 202."""
-    from webapp.api import _links
-
     try:
         job = submit_job(
             g.account, items, tasks=tasks, labels=labels or None, source="api", settings=settings
         )
     except LaneFull as exc:
-        response = error_response(503, "lane_full", str(exc))
-        response.headers["Retry-After"] = str(exc.retry_after)
-        return response
-    body = {"id": str(job.id), "status": job.status, "lane": job.lane, "links": _links(job.id)}
-    response = jsonify(body)
-    response.status_code = 202
-    response.headers["Location"] = url_for("api.get_job", job_id=job.id)
-    return response
+        return lane_full(exc)
+    return job_created(job)
 
 
 def _cached(settings: Settings, tasks, labels, items) -> list[dict[str, Any]] | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 
+import psutil
 import pytest
 from sqlalchemy import select
 
@@ -25,8 +26,10 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
     job_id = submit_job(account, items, settings=settings).id
     web, url = start_web(tmp_path)
     argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "interactive-e2e"]
-    interactive = start_worker("interactive-e2e", argv, tmp_path)
-    batch = cpu_worker(tmp_path, "cpu-load")
+    # As on a shared 2-core machine: the batch worker yields (niceness, one thread fewer).
+    shared = {"LANEWAY_TORCH_THREADS": "2", "LANEWAY_BATCH_NICE": "10"}
+    interactive = start_worker("interactive-e2e", argv, tmp_path, env=shared)
+    batch = cpu_worker(tmp_path, "cpu-load", env=shared)
     procs = [web, interactive, batch]
 
     def chunk_states():
@@ -45,6 +48,13 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
         assert r.json()["results"][0]["label"] == "billing"
     # The batch job was still running all along: the answers did not wait for it.
     assert {"queued", "running"} & set(chunk_states())
+    # The batch worker and its pool run at niceness 10 with one torch thread; the
+    # interactive worker at the normal priority with both.
+    tree = [psutil.Process(batch.proc.pid), *psutil.Process(batch.proc.pid).children(True)]
+    assert {p.nice() for p in tree if "celery" in " ".join(p.cmdline())} == {10}
+    assert psutil.Process(interactive.proc.pid).nice() == 0
+    assert "with 1 torch threads" in batch.log.read_text()
+    assert "with 2 torch threads" in interactive.log.read_text()
     # Generous bounds for a shared 2-core machine (docs/benchmarks.md has the figures);
     # a request queued behind the job's chunks would take seconds.
     assert statistics.median(seconds) < 0.5 and max(seconds) < 2.0, seconds
