@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ class Request:
     ids: list[str]
     texts: list[str]
     keep: bool = False  # the asynchronous pair: keep the answer for GET /v1/result
+    sent: float = 0.0  # when the web app sent it (time.time()), for the stage timings
 
     def message(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -72,6 +74,7 @@ def new_request(
         [i for i, _ in items],
         [t for _, t in items],
         keep,
+        time.time(),
     )
 
 
@@ -92,6 +95,17 @@ def answer(request: Request, results: list[dict[str, Any]] | None, error: str | 
     if failed:
         body["error"] = error or (results[0]["error"] if results else "failed")
     return body
+
+
+def server_timing(answer_body: dict[str, Any], waited: float, total: float) -> str:
+    """A `Server-Timing` header: where a sync request's time went, in milliseconds (the
+    worker's stages from its answer; `reply` is what the round trip added around them)."""
+    t = answer_body.get("timing") or {}
+    stages = [(k, t[k]) for k in ("broker", "batchwait", "run") if k in t]
+    inside = sum(v for _, v in stages)
+    stages += [("reply", max(0.0, waited * 1000 - inside)), ("view", total * 1000)]
+    stages.append(("batch", t.get("batch_items", 0)))
+    return ", ".join(f"{name};dur={value:.2f}" for name, value in stages)
 
 
 def deliver(r: redis.Redis, request: Request, body: dict[str, Any]) -> None:

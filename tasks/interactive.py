@@ -45,8 +45,9 @@ def is_interactive(queues: Sequence[str] | None) -> bool:
     )
 
 
-def run_requests(requests: Sequence[Request]) -> list[list[dict[str, Any]]]:
-    """One batch: per request, its items' results (outputs or errors)."""
+def run_requests(requests: Sequence[Request]) -> list[tuple[list[dict[str, Any]], dict]]:
+    """One batch: per request, its items' results (outputs or errors) and its timing."""
+    started = time.time()
     from workers.model_host import get_pipeline
 
     settings = get_settings()
@@ -77,7 +78,14 @@ def run_requests(requests: Sequence[Request]) -> list[list[dict[str, Any]]]:
                 [o if isinstance(o, dict) else None for o in part],
                 [o.error if isinstance(o, Failure) else None for o in part],
             )
-    return answers
+    ran = time.time()
+    timing = {
+        "started": started,
+        "run": round((ran - started) * 1000, 2),
+        "batch_requests": len(requests),
+        "batch_items": sum(len(r.texts) for r in requests),
+    }
+    return [(a, timing) for a in answers]
 
 
 def batcher() -> DynamicBatcher:
@@ -96,14 +104,21 @@ def interactive(requests: list[dict[str, Any]]) -> None:
     """Answer each request of the message through the batcher. Acknowledged on receipt: a
     request lost with its worker is the web app's to recover (it stores a job at its
     timeout), and a late redelivery would only compute what nobody waits for."""
+    received = time.time()
     parsed = [Request.from_message(m) for m in requests]
-    r = redis_client(get_settings())
+    r = _state.get("redis") or _state.setdefault("redis", redis_client(get_settings()))
     futures = [batcher().submit(req, size=len(req.texts)) for req in parsed]
     wait(futures)
     for request, future in zip(parsed, futures, strict=True):
         exc = future.exception()
         if exc is None:
-            body = answer(request, future.result(), None)
+            results, timing = future.result()
+            body = answer(request, results, None)
+            body["timing"] = {
+                "broker": round(max(0.0, received - request.sent) * 1000, 2),
+                "batchwait": round(max(0.0, timing["started"] - received) * 1000, 2),
+                **{k: v for k, v in timing.items() if k != "started"},
+            }
         else:
             body = answer(request, None, Failure.of(exc).error)
         deliver(r, request, body)

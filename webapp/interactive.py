@@ -114,7 +114,9 @@ def _sync(task: str) -> Response:
         req = ia.new_request(tasks, labels, items, keep=False)
         try:
             ia.send(req, settings, expires=wait + 5)
+            sent = time.perf_counter()
             body = ia.wait_answer(ia.blocking_client(settings), req.id, wait)
+            waited = time.perf_counter() - sent
         except Exception:  # noqa: BLE001 - the broker is away: the job path stores it
             body = None
         if body is None:
@@ -122,12 +124,10 @@ def _sync(task: str) -> Response:
         results = body["output"] or []
         if body["status"] == ia.FAILURE and not results:
             return error_response(503, "inference_failed", body.get("error", "failed"))
-    response = jsonify(
-        task=task,
-        results=results,
-        cached=cached,
-        seconds=round(time.perf_counter() - started, 4),
-    )
+    total = time.perf_counter() - started
+    response = jsonify(task=task, results=results, cached=cached, seconds=round(total, 4))
+    if not cached:
+        response.headers["Server-Timing"] = ia.server_timing(body, waited, total)
     return _applied(response, wait)
 
 
