@@ -17,7 +17,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,15 +108,16 @@ def server_timing(answer_body: dict[str, Any], waited: float, total: float) -> s
     return ", ".join(f"{name};dur={value:.2f}" for name, value in stages)
 
 
-def deliver(r: redis.Redis, request: Request, body: dict[str, Any]) -> None:
-    """Hand the answer to whoever waits: the web thread's list, and for the asynchronous
-    pair the result kept under the request's id."""
-    data = json.dumps(body, separators=(",", ":"))
+def deliver(r: redis.Redis, answers: Sequence[tuple[Request, dict[str, Any]]]) -> None:
+    """Hand each answer to whoever waits: the web thread's list, and for the asynchronous
+    pair the result kept under the request's id; one round trip for them all."""
     pipe = r.pipeline(transaction=False)
-    if request.keep:
-        pipe.set(result_key(request.id), data, ex=RESULT_TTL)
-    pipe.rpush(reply_key(request.id), data)
-    pipe.expire(reply_key(request.id), REPLY_TTL)
+    for request, body in answers:
+        data = json.dumps(body, separators=(",", ":"))
+        if request.keep:
+            pipe.set(result_key(request.id), data, ex=RESULT_TTL)
+        pipe.rpush(reply_key(request.id), data)
+        pipe.expire(reply_key(request.id), REPLY_TTL)
     pipe.execute()
 
 
@@ -136,17 +137,68 @@ def blocking_client(settings: Settings) -> redis.Redis:
         return _clients[key]
 
 
-def send(request: Request, settings: Settings, expires: float | None = None) -> None:
-    """One message on the lane's interactive queue."""
+def send_message(requests: Sequence[Request], settings: Settings, expires: float | None) -> None:
+    """One message on the lane's interactive queue, carrying one or more requests."""
     from tasks.app import app
 
     app.send_task(
         TASK_NAME,
-        args=[[request.message()]],
+        args=[[r.message() for r in requests]],
         queue=settings.interactive_queue,
         expires=expires,
         ignore_result=True,
     )
+
+
+class Coalescer:
+    """Concurrent requests of one web process share a message: the thread that finds no
+    send under way sends what is pending, and goes on while more arrived meanwhile. A lone
+    request is sent at once; under load one message carries many requests, so the broker
+    and the worker pay their per-message cost once for all of them."""
+
+    def __init__(self, sender: Callable[[list[Request], float | None], None]) -> None:
+        self.sender = sender
+        self.lock = threading.Lock()
+        self.pending: list[tuple[Request, float | None]] = []
+        self.sending = False
+        self.messages = 0
+
+    def send(self, request: Request, expires: float | None) -> None:
+        with self.lock:
+            self.pending.append((request, expires))
+            if self.sending:
+                return  # the sending thread takes it with the next message
+            self.sending = True
+        try:
+            while True:
+                with self.lock:
+                    batch, self.pending = self.pending, []
+                    if not batch:
+                        self.sending = False
+                        return
+                waits = [e for _, e in batch]
+                longest = None if None in waits else max(w for w in waits if w is not None)
+                self.messages += 1
+                self.sender([r for r, _ in batch], longest)
+        except BaseException:
+            with self.lock:
+                self.sending = False
+            raise
+
+
+_coalescers: dict[int, Coalescer] = {}
+
+
+def send(request: Request, settings: Settings, expires: float | None = None) -> None:
+    """Send a request to the interactive workers, in a message shared with the requests
+    this process sends at the same moment. A request whose message failed to go is never
+    answered: its caller's wait ends and stores it as a job."""
+    pid = os.getpid()
+    with _clients_lock:
+        if pid not in _coalescers:
+            _coalescers[pid] = Coalescer(lambda batch, exp: send_message(batch, settings, exp))
+        coalescer = _coalescers[pid]
+    coalescer.send(request, expires)
 
 
 def wait_answer(r: redis.Redis, request_id: str, timeout: float) -> dict[str, Any] | None:

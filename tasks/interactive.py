@@ -109,6 +109,7 @@ def interactive(requests: list[dict[str, Any]]) -> None:
     r = _state.get("redis") or _state.setdefault("redis", redis_client(get_settings()))
     futures = [batcher().submit(req, size=len(req.texts)) for req in parsed]
     wait(futures)
+    answers = []
     for request, future in zip(parsed, futures, strict=True):
         exc = future.exception()
         if exc is None:
@@ -121,7 +122,8 @@ def interactive(requests: list[dict[str, Any]]) -> None:
             }
         else:
             body = answer(request, None, Failure.of(exc).error)
-        deliver(r, request, body)
+        answers.append((request, body))
+    deliver(r, answers)
 
 
 @worker_ready.connect
