@@ -52,7 +52,32 @@ def parse_timing(header: str | None) -> dict[str, float]:
     return out
 
 
-def run_level(port: int, key: str, clients: int, seconds: float, prefix: str) -> dict:
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each named process and its children
+    (this process alone: the others are its children)."""
+    import psutil
+
+    out = {}
+    for name, pid in pids.items():
+        try:
+            root = psutil.Process(pid)
+            procs = [root] if pid == os.getpid() else [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        total = 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        out[name] = total
+    return out
+
+
+def run_level(
+    port: int, key: str, clients: int, seconds: float, prefix: str, pids: dict[str, int]
+) -> dict:
     """`clients` threads, each on its own keep-alive connection, for `seconds`."""
     latencies: list[float] = []
     stages: list[dict[str, float]] = []
@@ -85,12 +110,16 @@ def run_level(port: int, key: str, clients: int, seconds: float, prefix: str) ->
             stages.extend(mine_stages)
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    cpu_before = cpu_seconds({**pids, "bench client": os.getpid()})
     started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - started
+    cpu_after = cpu_seconds({**pids, "bench client": os.getpid()})
+    n = max(1, len(latencies))
+    cpu_ms = {k: round(1000 * (cpu_after[k] - cpu_before[k]) / n, 2) for k in cpu_after}
     names = sorted({k for s in stages for k in s})
     return {
         "clients": clients,
@@ -100,6 +129,8 @@ def run_level(port: int, key: str, clients: int, seconds: float, prefix: str) ->
         "p50_ms": round(1000 * percentile(latencies, 0.50), 1) if latencies else None,
         "p99_ms": round(1000 * percentile(latencies, 0.99), 1) if latencies else None,
         "requests_per_s": round(len(latencies) / wall, 1),
+        # CPU per request by process: robust to a shared machine, unlike wall time.
+        "cpu_ms_per_request": cpu_ms,
         "stage_median_ms": {
             k: round(statistics.median(s[k] for s in stages if k in s), 2) for k in names
         },
@@ -156,10 +187,7 @@ def main() -> None:
     try:
         bare = Bare(args.threads, LABELS, [16, 32, 64], load_texts(1000))
         texts = load_texts(4000)
-        bare.run(texts)
-        report["bare_items_per_s"] = round(bare.items / bare.seconds, 1)
-        report["bare_batch_size"] = bare.batch_size
-        del bare
+        bare.run(texts[:2000])  # the other half after the idle levels: they are bracketed
 
         with session_scope(settings) as session:
             account, key = create_account(session, f"latency-{uuid.uuid4().hex[:6]}", "trial")
@@ -191,13 +219,21 @@ def main() -> None:
                 return False
 
         wait_for(healthy, 120, "the web app")
-        run_level(args.port, key, 4, 2.0, "warm-up")
-        report["idle"] = [run_level(args.port, key, c, args.seconds, f"idle {c}") for c in levels]
+        pids = {"web": procs[0].pid, "interactive worker": procs[1].pid}
+        run_level(args.port, key, 4, 2.0, "warm-up", pids)
+        report["idle"] = [
+            run_level(args.port, key, c, args.seconds, f"idle {c}", pids) for c in levels
+        ]
+        bare.run(texts[2000:])
+        report["bare_items_per_s"] = round(bare.items / bare.seconds, 1)
+        report["bare_batch_size"] = bare.batch_size
+        del bare
         print(json.dumps(report["idle"], indent=1), flush=True)
 
         batch_node = f"cpu-bench-{uuid.uuid4().hex[:4]}"
         batch_argv = [str(BIN / "laneway"), "worker", "cpu", "--name", batch_node]
         procs.append(start("batch", batch_argv, env, logdir))
+        pids["batch worker"] = procs[2].pid
         job_texts = load_texts(args.batch_items)
         items = [(f"b{i}", t) for i, t in enumerate(job_texts)]
         job = submit_job(batch_account, items, settings=settings)
@@ -209,7 +245,7 @@ def main() -> None:
 
         wait_for(chunk_done, 300, "the batch job under way")
         report["loaded"] = [
-            run_level(args.port, key, c, args.seconds, f"loaded {c}") for c in levels
+            run_level(args.port, key, c, args.seconds, f"loaded {c}", pids) for c in levels
         ]
         with session_scope(settings) as session:
             status = session.get(Job, job.id).status
