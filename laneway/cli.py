@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -25,16 +26,45 @@ def _settings() -> Settings:
         raise click.ClickException(f"invalid setting: {exc}") from None
 
 
+# Signals `laneway` passes on to its child. A container's runtime (docker stop, a pod's
+# termination) sends SIGTERM to PID 1 alone: without this, laneway would die and the
+# celery or gunicorn child would be killed later without its warm shutdown. A terminal's
+# Ctrl-C already reaches the whole process group, so SIGINT is not passed on (a second
+# SIGINT makes a celery worker's shutdown cold); a second SIGTERM changes nothing.
+FORWARDED_SIGNALS = (signal.SIGTERM,)
+
+
 def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
-    """Run one process in the foreground, keeping the embedded Redis alive around it."""
+    """Run one process in the foreground, keeping the embedded Redis alive around it;
+    SIGTERM is passed on to it, and its exit status is returned (128 + N if signal N
+    ended it, as a shell reports)."""
     from laneway.redis_conn import embedded_redis
 
-    with embedded_redis(_settings()):
-        proc = subprocess.Popen(argv, env={**os.environ, **(env or {})})
-        try:
-            return proc.wait()
-        except KeyboardInterrupt:
-            return proc.wait()
+    child: list[subprocess.Popen] = []
+    pending: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        if child:
+            child[0].send_signal(signum)
+        else:
+            pending.append(signum)  # arrived before the child existed: sent once it does
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+    try:
+        with embedded_redis(_settings()):
+            child.append(subprocess.Popen(argv, env={**os.environ, **(env or {})}))
+            for signum in pending:
+                child[0].send_signal(signum)
+            while True:
+                try:
+                    code = child[0].wait()
+                    break
+                except KeyboardInterrupt:
+                    continue  # the child got the same SIGINT: wait for its own shutdown
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code if code >= 0 else 128 - code
 
 
 @click.group()

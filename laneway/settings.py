@@ -40,8 +40,9 @@ TASK_MODEL_KINDS = {
 }
 DEFAULT_MODEL = "minilm"
 # Faults a test may inject (LANEWAY_FAULTS); production leaves it empty.
-FAULTS = ("poison",)
+FAULTS = ("poison", "stall")
 POISON_MARKER = "__laneway_poison__"
+STALL_MARKER = "__laneway_stall__"
 MIB = 1024 * 1024
 
 

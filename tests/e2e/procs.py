@@ -133,19 +133,23 @@ def start_worker(
 ) -> Proc:
     """Start a worker and wait until it answers a ping (and, if it runs models, has loaded
     them). `name` is its node name before @host; `log_name` tells its log apart."""
-    from tasks import app
-
     proc = Proc(log_name or name, argv, logdir, env)
-    node = f"{name}@{socket.gethostname()}"
+    try:
+        wait_for(worker_ready(proc, f"{name}@{socket.gethostname()}", models), 120,
+                 f"worker {name}", [proc])  # fmt: skip
+    except BaseException:
+        proc.stop()
+        raise
+    return proc
+
+
+def worker_ready(proc: Proc, node: str, models: bool = True) -> Callable[[], bool]:
+    """True once the worker `node` answers a ping (and, if it runs models, has loaded them)."""
+    from tasks import app
 
     def ready() -> bool:
         replies = app.control.ping(destination=[node], timeout=0.5)
         loaded = not models or "loaded in pid" in proc.log.read_text()
         return any(node in r for r in replies) and loaded
 
-    try:
-        wait_for(ready, 120, f"worker {node}", [proc])
-    except BaseException:
-        proc.stop()
-        raise
-    return proc
+    return ready

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from db.models import Chunk, Job, JobEvent, Result
 from db.session import session_scope
 from laneway.jobs import submit_job
+from laneway.settings import STALL_MARKER
 from tests.e2e.procs import BIN, Proc, start_worker, wait_for
 
 # The timings the issue names: a 30 s chunk limit (visibility timeout 2 * 30 + 60 s) and a
@@ -24,6 +25,16 @@ FINAL = ("succeeded", "partial", "failed", "cancelled")
 def submit(settings, account, n: int, prefix: str = "k", text: str = LONG_TEXT) -> uuid.UUID:
     items = [(f"{prefix}{i}", f"{text} #{i}") for i in range(n)]
     return submit_job(account, items, settings=settings).id
+
+
+def stall_items(n: int, stalled: int, prefix: str = "s") -> list[tuple[str, str]]:
+    """n texts of one length (so their length order is their input order) where item
+    `stalled` carries the stall marker: with LANEWAY_FAULTS=stall, its chunk is held."""
+    filler = "x" * len(STALL_MARKER)
+    return [
+        (f"{prefix}{i}", f"order {i:04d} {STALL_MARKER if i == stalled else filler} arrived")
+        for i in range(n)
+    ]
 
 
 def cpu_worker(logdir: Path, log_name: str, env=None, name: str = "cpu", **kw) -> Proc:

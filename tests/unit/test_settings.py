@@ -99,14 +99,14 @@ def test_reliability_settings_and_their_derived_timeouts():
             "LANEWAY_CHUNK_TIMEOUT_GPU": "120",
             "LANEWAY_RECONCILE_INTERVAL": "5",
             "LANEWAY_LANE_LIMIT_GPU": "50",
-            "LANEWAY_FAULTS": "poison",
+            "LANEWAY_FAULTS": "poison, Stall",
             "LANEWAY_ALERT_WEBHOOK_URL": "https://hooks.example/services/T/B/x",
         }
     )
     assert (s.chunk_timeout_for("cpu"), s.chunk_timeout_for("gpu")) == (30, 120)
     assert s.longest_chunk_timeout == 120
     assert (s.lane_limit("cpu"), s.lane_limit("gpu")) == (2000, 50)
-    assert s.faults == ("poison",) and s.redispatch_after == 30
+    assert s.faults == ("poison", "stall") and s.redispatch_after == 30
     assert "hooks.example" not in repr(s)  # the webhook URL is a secret
 
 

@@ -1,0 +1,85 @@
+"""SIGTERM to `laneway worker` alone (what `docker stop` and a pod's termination send to
+PID 1) reaches its celery worker: the chunk it is running finishes and is acked, the
+worker takes nothing more, and laneway exits with the worker's status."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+import redis
+from sqlalchemy import select
+
+from db.models import Chunk
+from db.session import session_scope
+from laneway.faults import stall_file
+from tasks.broker import lane_depth, snapshot
+from tests.e2e.procs import start_web, wait_for
+from tests.faults.harness import (
+    assert_exactly_one_result_each,
+    chunk_states,
+    cpu_worker,
+    job_report,
+    stall_items,
+    wait_running_chunk,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_factory, tmp_path):
+    from laneway.jobs import submit_job
+
+    account, _ = account_factory("trial")
+    items = stall_items(32, stalled=20)  # two chunks of 16: the second is held
+    stall = stall_file(settings)
+    stall.touch()
+    worker = cpu_worker(tmp_path, "worker", env={"LANEWAY_FAULTS": "stall"})
+    try:
+        job_id = submit_job(account, items, settings=settings).id
+        wait_for(lambda: chunk_states(settings, job_id) == ["done", "running"], 60,
+                 "the second chunk to run (stalled)", [worker],
+                 report=lambda: job_report(settings, job_id))  # fmt: skip
+        wait_running_chunk(settings, job_id, [worker])
+
+        os.kill(worker.proc.pid, signal.SIGTERM)  # laneway alone, not its process group
+        wait_for(lambda: "Warm shutdown" in worker.log.read_text(), 30,
+                 "the celery worker to begin its warm shutdown", [worker])  # fmt: skip
+        stall.unlink()  # the chunk it runs may now finish
+        code = worker.proc.wait(60)
+        wait_for(lambda: group_gone(worker.proc.pid), 30, "the celery worker to exit")
+    finally:
+        stall.unlink(missing_ok=True)
+        worker.stop()
+    assert code == 0, worker.tail()
+    assert chunk_states(settings, job_id) == ["done", "done"], job_report(settings, job_id)
+    assert_exactly_one_result_each(settings, job_id, 32)
+    # Acked: none of the job's chunk messages is left delivered or queued; the job's
+    # callback waits in the maintenance queue for the next worker.
+    r = redis.Redis.from_url(settings.redis_url)
+    held = snapshot(r, ["cpu", "maintenance"])
+    with session_scope(settings) as session:
+        task_ids = set(session.scalars(select(Chunk.task_id).where(Chunk.job_id == job_id)))
+    assert not task_ids & (held.waiting | set(held.delivered))
+    assert lane_depth(r, "maintenance")["queued"] >= 1
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_sigterm_to_laneway_web_stops_gunicorn(tmp_path):
+    web, _ = start_web(tmp_path)
+    os.kill(web.proc.pid, signal.SIGTERM)  # laneway alone
+    try:
+        code = web.proc.wait(30)
+        wait_for(lambda: group_gone(web.proc.pid), 30, "gunicorn and its workers to exit")
+    finally:
+        web.stop()
+    assert code == 0, web.tail()
+    assert "Shutting down: Master" in web.log.read_text()
