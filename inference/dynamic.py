@@ -4,8 +4,11 @@ A batch goes when it holds `max_items` items, or when its oldest request has wai
 `max_wait` seconds, whichever comes first. Holding a request only pays when others are
 about to arrive, so the wait adapts to the arrival rate: an EWMA of the gaps between
 arrivals predicts the next one. When that gap is as long as `max_wait` (a quiet system),
-a lone request goes at once; when the burst that filled the batch has stopped (nothing
-arrived for twice the expected gap), the batch goes without waiting out `max_wait`.
+a lone request goes at once, and so does a lone request while arrivals are not dense
+(under an eighth of `max_wait` apart: a sequential caller's next request only comes after
+this answer, so holding it gains nothing); when the burst that filled the batch has
+stopped (nothing arrived for twice the expected gap), the batch goes without waiting out
+`max_wait`.
 While the model runs a batch, new requests queue up, so under load batches fill by
 themselves.
 
@@ -26,6 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
+# A lone request is held only when arrivals are this many times denser than max_wait (at
+# least this many more expected within it); two or more waiting requests show concurrency.
+LONE_HOLD_FACTOR = 8
 
 
 @dataclass
@@ -48,11 +54,15 @@ class BatchPolicy:
             )
         self.last_arrival = now
 
-    def wait(self, now: float, items: int, oldest: float) -> float:
+    def wait(self, now: float, items: int, oldest: float, requests: int = 2) -> float:
         """Seconds to hold the batch before it goes: 0 means now."""
         if items <= 0:
             return float("inf")
         if items >= self.max_items or self.gap >= self.max_wait:
+            return 0.0
+        if requests < 2 and self.gap * LONE_HOLD_FACTOR >= self.max_wait:
+            # One request waiting and arrivals not dense: a sequential caller (whose next
+            # request comes only after this answer) would gain nothing from a hold.
             return 0.0
         deadline = oldest + self.max_wait
         assert self.last_arrival is not None
@@ -105,7 +115,7 @@ class DynamicBatcher:
         goes alone), or nothing and the seconds to wait. Call with the lock held."""
         items = sum(p.size for p in self.pending)
         oldest = self.pending[0].arrived if self.pending else now
-        wait = self.policy.wait(now, items, oldest)
+        wait = self.policy.wait(now, items, oldest, len(self.pending))
         if wait > 0:
             return [], wait
         batch, total = [], 0

@@ -28,7 +28,6 @@ COMPOSE = DOCKER / "compose.yaml"
 COMPOSE_GPU = DOCKER / "compose.gpu.yaml"
 # Commands other branches add; until they are merged here the check skips them, by name.
 ADDED_ELSEWHERE = {
-    ("worker", "interactive"): "`laneway worker interactive` comes with the interactive lane",
     ("flower",): "`laneway flower` comes with the monitoring work",
 }
 

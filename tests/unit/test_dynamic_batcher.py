@@ -80,6 +80,21 @@ def test_the_wait_adapts_to_the_arrival_rate():
     assert quiet.wait(0.800, 1, oldest=0.800) == 0.0
 
 
+def test_a_sequential_callers_lone_request_is_not_held():
+    # One caller, request after answer, ~20 ms apart: under T, yet holding gains nothing.
+    policy = BatchPolicy(64, 0.050)
+    for n in range(30):
+        policy.arrived(n * 0.020)
+    assert policy.wait(0.580, 1, oldest=0.580, requests=1) == 0.0
+    # The same gap with two requests waiting: concurrency, so the batch waits for more.
+    assert policy.wait(0.580, 2, oldest=0.575, requests=2) > 0
+    # Dense arrivals (2 ms apart): even a lone request is held for the next ones.
+    dense = BatchPolicy(64, 0.050)
+    for n in range(30):
+        dense.arrived(n * 0.002)
+    assert dense.wait(0.058, 1, oldest=0.058, requests=1) == pytest.approx(0.004, abs=5e-4)
+
+
 def test_a_request_larger_than_the_batch_goes_alone_and_sizes_count_items():
     b, clock = batcher(max_items=4)
     b.submit("big", size=9)
