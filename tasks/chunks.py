@@ -283,16 +283,21 @@ def _runner(work: Work) -> Callable[[Sequence[str]], list[dict[str, Any]]]:
     return run
 
 
-_cache: dict[int, ResultCache] = {}
+_caches: dict[int, ResultCache] = {}
+
+
+def _chunk_cache() -> ResultCache:
+    """The result cache shared with the interactive path (laneway/cache.py)."""
+    settings = get_settings()
+    if id(settings) not in _caches:
+        _caches[id(settings)] = ResultCache(redis_client(settings), settings)
+    return _caches[id(settings)]
 
 
 def _cached_run(work: Work) -> tuple[list[dict[str, Any]], StageTimes]:
     """All three stages over the chunk's texts that the result cache lacks (identical
-    texts once); the cache is shared with the interactive path (laneway/cache.py)."""
-    settings = get_settings()
-    if id(settings) not in _cache:
-        _cache[id(settings)] = ResultCache(redis_client(settings), settings)
-    pipeline, check = get_pipeline(), model_stage_check(settings)
+    texts once), storing what it computed."""
+    pipeline, check = get_pipeline(), model_stage_check(get_settings())
     times = StageTimes()
 
     def compute(texts: Sequence[str]) -> list[dict[str, Any]]:
@@ -300,7 +305,7 @@ def _cached_run(work: Work) -> tuple[list[dict[str, Any]], StageTimes]:
         outputs, times = pipeline.run(texts, work.tasks, work.labels, before_model=check)
         return outputs
 
-    outputs, _ = cached_compute(_cache[id(settings)], work.tasks, work.labels, work.texts, compute)
+    outputs, _ = cached_compute(_chunk_cache(), work.tasks, work.labels, work.texts, compute)
     return outputs, times
 
 
@@ -405,4 +410,6 @@ def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         return _on_failure(self, work, exc, _runner(work), started)
     result = _finish(work, outputs, None, post_seconds=time.perf_counter() - started)
     r.delete(_key(chunk_id, "prepared"), _key(chunk_id, "raw"))
+    # The gpu lane fills the result cache too (its stages are split, so it does not read it).
+    _chunk_cache().put(work.tasks, work.labels, work.texts, outputs)
     return result
