@@ -55,6 +55,8 @@ def test_each_task_is_answered_inline(worker, client, account_factory):
              labels=["billing", "shipping"])  # fmt: skip
     assert r.status_code == 200, r.json
     assert [x["label"] for x in r.json["results"]] == ["billing", "shipping"]
+    # Counted against the account's rate limit like every other call (demo: 60/minute).
+    assert r.headers["RateLimit-Limit"] == "60" and int(r.headers["RateLimit-Remaining"]) < 60
     assert set(r.json["results"][0]["scores"]) == {"billing", "shipping"}
     r = post(client, key, "embed", [f"hello {t}"])
     assert r.status_code == 200 and len(r.json["results"][0]["embedding"]) == 384
