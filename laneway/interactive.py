@@ -169,21 +169,24 @@ class Coalescer:
             if self.sending:
                 return  # the sending thread takes it with the next message
             self.sending = True
-        try:
-            while True:
-                with self.lock:
-                    batch, self.pending = self.pending, []
-                    if not batch:
-                        self.sending = False
-                        return
-                waits = [e for _, e in batch]
-                longest = None if None in waits else max(w for w in waits if w is not None)
-                self.messages += 1
-                self.sender([r for r, _ in batch], longest)
-        except BaseException:
+        failed: BaseException | None = None
+        while True:
             with self.lock:
-                self.sending = False
-            raise
+                batch, self.pending = self.pending, []
+                if not batch:
+                    self.sending = False
+                    break
+            waits = [e for _, e in batch]
+            longest = None if None in waits else max(w for w in waits if w is not None)
+            self.messages += 1
+            try:
+                self.sender([r for r, _ in batch], longest)
+            except Exception as exc:  # noqa: BLE001 - what is pending still gets its turn
+                failed = failed or exc
+        if failed is not None:
+            # The requests of a message that did not go are never answered: their callers'
+            # waits end and store them as jobs; this caller learns it at once.
+            raise failed
 
 
 _coalescers: dict[int, Coalescer] = {}

@@ -42,6 +42,35 @@ def test_requests_arriving_during_a_send_share_the_next_message():
     assert not c.sending and not c.pending
 
 
+def test_a_failed_send_still_sends_what_arrived_meanwhile():
+    started, release = threading.Event(), threading.Event()
+    sent: list[list[str]] = []
+
+    def sender(batch, expires):
+        sent.append([r.ids[0] for r in batch])
+        if len(sent) == 1:
+            started.set()
+            release.wait(10)
+            raise ConnectionError("broker away")
+
+    c = Coalescer(sender)
+    errors = []
+
+    def lead():
+        try:
+            c.send(request(0), 1.0)
+        except ConnectionError as exc:
+            errors.append(exc)
+
+    leader = threading.Thread(target=lead)
+    leader.start()
+    assert started.wait(10)
+    c.send(request(1), 1.0)  # queued behind the failing send
+    release.set()
+    leader.join(10)
+    assert sent == [["0"], ["1"]] and len(errors) == 1 and not c.sending
+
+
 def test_a_failed_send_does_not_wedge_later_ones():
     calls = []
 
