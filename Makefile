@@ -13,7 +13,7 @@ TORCH_INDEX ?=
 COMPOSE := $(BIN)/docker-compose
 COMPOSE_VERSION := 5.6.1.0
 
-.PHONY: install torch demo test lint bench clean
+.PHONY: install torch demo test lint bench clean chromium screenshots
 
 install: $(STAMP)
 
@@ -37,8 +37,16 @@ $(COMPOSE): $(STAMP)
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/laneway demo examples/customer_messages.csv
 
-test: install $(COMPOSE)
+test: install $(COMPOSE) chromium
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The browser tests drive Debian's chromium through Playwright (no browser download).
+chromium:
+	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+
+# docs/screenshots/*.png: each page, taken by the browser test.
+screenshots: install chromium
+	HF_HUB_OFFLINE=1 LANEWAY_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/e2e/test_browser.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -362,6 +362,27 @@ def web(host: str | None, port: int | None) -> None:
 
 
 @cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", type=int, default=None, help="default LANEWAY_FLOWER_PORT (5555)")
+@click.option(
+    "--max-tasks",
+    type=click.IntRange(1),
+    default=None,
+    help="tasks Flower keeps in memory (default LANEWAY_FLOWER_MAX_TASKS, 10000)",
+)
+def flower(host: str, port: int | None, max_tasks: int | None) -> None:
+    """Run Flower on the broker: workers, tasks and its own Prometheus metrics (in memory,
+    bounded by --max-tasks). Set FLOWER_BASIC_AUTH=user:password to ask for a password."""
+    from laneway.processes import flower_argv
+
+    settings = _settings()
+    argv = flower_argv(
+        settings, host, port or settings.flower_port, max_tasks or settings.flower_max_tasks
+    )
+    sys.exit(_run_child(argv))
+
+
+@cli.command()
 def beat() -> None:
     """Run celery beat (the reconciler, scale-down of idle gpu workers, lane statistics)."""
     from laneway.processes import beat_argv

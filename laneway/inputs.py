@@ -64,7 +64,8 @@ def parse_json_body(data: bytes, allowed: Iterable[str]) -> dict[str, Any]:
 def check_fields(fields: Iterable[str], allowed: Iterable[str]) -> None:
     """Refuse unknown fields: a misspelt one would otherwise be silently ignored."""
     allowed = set(allowed)
-    unknown = sorted(set(fields) - allowed)
+    # A multipart part may come without a name (None): sort by text, never compare None.
+    unknown = sorted(set(fields) - allowed, key=str)
     if unknown:
         raise InputError(
             f"unknown field {unknown[0]!r}; known fields: {', '.join(sorted(allowed))}"

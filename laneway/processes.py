@@ -107,6 +107,21 @@ def beat_argv(settings: Settings) -> list[str]:
     ]  # fmt: skip
 
 
+def flower_argv(settings: Settings, host: str, port: int, max_tasks: int) -> list[str]:
+    """Flower on the broker. It keeps the tasks it has seen in memory: --max_tasks bounds
+    them. Nothing persists: its --db file (only used with --persistent) stays under
+    LANEWAY_HOME, never in the working directory."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    return [
+        sys.executable, "-m", "celery", "-A", "tasks", "flower",
+        f"--address={host}",
+        f"--port={port}",
+        f"--max_tasks={max_tasks}",
+        "--persistent=False",
+        f"--db={settings.home / 'flower.db'}",
+    ]  # fmt: skip
+
+
 def node(name: str) -> str:
     return f"{name}@{socket.gethostname()}"
 

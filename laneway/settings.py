@@ -447,6 +447,13 @@ class Settings:
         """Batch workers take one torch thread fewer, so interactive work finds a core."""
         return max(1, self.torch_threads - 1) if batch else self.torch_threads
 
+    # Monitoring: Prometheus at /metrics (off: 404), Flower's port, task cap and the link
+    # the dashboard shows ("": http://<this host>:<flower_port>/).
+    metrics: bool = True
+    flower_port: int = 5555
+    flower_max_tasks: int = 10_000
+    flower_url: str = ""
+
     def limits_for(self, account_type: str) -> AccountLimits:
         """The limits of an account type."""
         return self.account_limits[account_type]
@@ -593,6 +600,10 @@ class Settings:
             "cache_ttl": ("LANEWAY_CACHE_TTL", _int("LANEWAY_CACHE_TTL", 0)),
             "batch_nice": ("LANEWAY_BATCH_NICE", _nice("LANEWAY_BATCH_NICE")),
             "web_threads": ("LANEWAY_WEB_THREADS", _int("LANEWAY_WEB_THREADS", 1)),
+            "metrics": ("LANEWAY_METRICS", _bool("LANEWAY_METRICS")),
+            "flower_port": ("LANEWAY_FLOWER_PORT", _int("LANEWAY_FLOWER_PORT", 1)),
+            "flower_max_tasks": ("LANEWAY_FLOWER_MAX_TASKS", _int("LANEWAY_FLOWER_MAX_TASKS", 1)),
+            "flower_url": ("LANEWAY_FLOWER_URL", _webhook_url("LANEWAY_FLOWER_URL")),
         }
         values: dict[str, Any] = {}
         for attr, (var, parse) in parsers.items():

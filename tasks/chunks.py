@@ -33,6 +33,7 @@ from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes
+from laneway import metrics
 from laneway.cache import ResultCache, cached_compute
 from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
@@ -176,6 +177,8 @@ def _finish(
         for name, value in fields.items():
             setattr(chunk, name, value)
         letters = record_dead_letters(session, chunk, failed, len(rows), work.attempts)
+        lane, model_seconds = chunk.queue, chunk.model_seconds
+    metrics.record_chunk(lane, len(rows), len(failed), model_seconds, get_settings().batch_size)
     if letters:
         dead_letter_alert(work.job_id, letters, failed[0][2].error)
     settle(work.job_id)

@@ -25,6 +25,7 @@ from db.models import (
     JobItem,
 )
 from db.queries import (
+    aware,
     chunk_items,
     finalize_job,
     first_stage,
@@ -33,6 +34,7 @@ from db.queries import (
     utcnow,
 )
 from db.session import session_scope
+from laneway import metrics
 from laneway.isolate import Failure
 from laneway.redis_conn import redis_client
 from laneway.settings import LANES, Settings, get_settings
@@ -79,8 +81,14 @@ def settle(job_id: uuid.UUID, settings: Settings | None = None) -> str | None:
     settings = settings or get_settings()
     with session_scope(settings) as session:
         status = finalize_job(session, job_id, settings.cpu_price, settings.gpu_price)
+        if status is not None:
+            lane, created, finished, cost = session.execute(
+                select(Job.lane, Job.created_at, Job.finished_at, Job.cost).where(Job.id == job_id)
+            ).one()
     if status is None:
         return None
+    seconds = (aware(finished) - aware(created)).total_seconds() if finished else None
+    metrics.record_job(lane, status, seconds, (cost or {}).get("total"))
     from tasks.inbox import send_outbox
 
     send_outbox([str(job_id)])  # an inbox job's results go to the outbox
@@ -123,6 +131,7 @@ def record_dead_letters(
                 attempts=attempts,
             )
         )
+    metrics.record_dead_letters(kind, len(groups))
     return len(groups)
 
 

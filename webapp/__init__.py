@@ -11,8 +11,8 @@ from laneway.settings import Settings, get_settings
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or get_settings()
     install_redaction()
-    # No static files yet: the pages use none (and the CSP allows only this origin).
-    app = Flask(__name__, static_folder=None)
+    # webapp/static: the pages' stylesheet and script (the CSP allows only this origin).
+    app = Flask(__name__)
     app.config["LANEWAY_SETTINGS"] = settings
     # The ceiling for every request; identify() lowers it to the caller's account type.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_upload_bytes

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from flask import Blueprint, Response, abort, g, jsonify, request, url_for
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db.models import DeadLetter, Job
-from db.queries import iter_results, list_keys, own_job
+from db.models import Job
+from db.queries import list_keys
 from db.session import session_factory
 from laneway.inputs import (
     InputError,
     ItemStream,
-    Limits,
     check_fields,
     file_items,
     json_items,
@@ -24,12 +21,20 @@ from laneway.inputs import (
     parse_labels,
 )
 from laneway.jobs import parse_tasks, submit_job
-from laneway.results import csv_blocks, iso, job_view, jsonl_lines
+from laneway.results import job_view
 from laneway.settings import Settings
-from tasks.lifecycle import JobStateError, LaneFull, cancel_job, retry_dead_letters
+from tasks.lifecycle import JobStateError, LaneFull, cancel_job
 from webapp.admin import account_view
 from webapp.auth import app_settings, check_account, require_account
 from webapp.errors import error_response
+from webapp.jobviews import (
+    RetryRefused,
+    dead_letters,
+    item_limits,
+    own_job_or_404,
+    results_download,
+)
+from webapp.jobviews import retry_job as send_back
 
 api = Blueprint("api", __name__, url_prefix="/v1")
 # Every endpoint here needs an account; a view cannot forget it.
@@ -50,12 +55,7 @@ def _bad_request(message: str) -> Response:
 def _parse_submission(settings: Settings) -> tuple[list[str], list[str] | None, ItemStream]:
     """The job's tasks, labels and items; a file's items are read later, as they are
     stored (Werkzeug has spooled a large upload to disk)."""
-    account_type = g.account.type
-    limits = Limits(
-        settings.limits_for(account_type).max_items,
-        settings.max_text_chars,
-        f"LANEWAY_MAX_ITEMS_{account_type.upper()}",
-    )
+    limits = item_limits(settings, g.account.type)
     if request.mimetype == "multipart/form-data":
         check_fields([*request.form, *request.files], UPLOAD_FIELDS)
         upload = request.files.get("file")
@@ -128,15 +128,7 @@ def _links(job_id: uuid.UUID) -> dict[str, str]:
 
 
 def _own_job(session: Session, job_id: str) -> Job:
-    """The caller's job, or 404 (another account's job is indistinguishable from none)."""
-    try:
-        key = uuid.UUID(job_id)
-    except ValueError:
-        abort(404, description=f"no job {job_id!r}")
-    job = own_job(session, g.account.id, key)
-    if job is None:
-        abort(404, description=f"no job {job_id!r}")
-    return job
+    return own_job_or_404(session, job_id)
 
 
 @api.get("/account")
@@ -185,28 +177,11 @@ def cancel(job_id: str):  # noqa: ANN201
     return jsonify(_view(key)), 202
 
 
-def dead_letter_record(letter: DeadLetter) -> dict[str, Any]:
-    return {
-        "id": letter.id,
-        "kind": letter.kind,
-        "item_ids": letter.item_ids,
-        "error": letter.error,
-        "traceback": letter.traceback,
-        "attempts": letter.attempts,
-        "created_at": iso(letter.created_at),
-        "retried_at": iso(letter.retried_at),
-    }
-
-
 @api.get("/jobs/<job_id>/dead-letters")
 @require_account
 def job_dead_letters(job_id: str):  # noqa: ANN201
     with session_factory(_settings())() as session:
-        job = _own_job(session, job_id)
-        letters = session.scalars(
-            select(DeadLetter).where(DeadLetter.job_id == job.id).order_by(DeadLetter.id)
-        )
-        return jsonify(dead_letters=[dead_letter_record(x) for x in letters])
+        return jsonify(dead_letters=dead_letters(session, _own_job(session, job_id).id))
 
 
 @api.post("/jobs/<job_id>/retry")
@@ -214,46 +189,15 @@ def job_dead_letters(job_id: str):  # noqa: ANN201
 def retry_job(job_id: str):  # noqa: ANN201
     """Send the job's open dead letters back: their items run again as new chunks."""
     key = _own_job_id(job_id)
-    retried = retry_dead_letters(job_id=key, settings=_settings())
-    if str(key) in retried.skipped:
-        return _conflict(f"cannot retry: {retried.skipped[str(key)]}")
-    if not retried.letters:
-        return _conflict("the job has no dead letters to send back")
-    body = {
-        "retried_letters": retried.letters,
-        "retried_items": retried.jobs[str(key)],
-        "job": _view(key),
-    }
+    try:
+        letters, items = send_back(_settings(), key)
+    except RetryRefused as exc:
+        return _conflict(str(exc))
+    body = {"retried_letters": letters, "retried_items": items, "job": _view(key)}
     return jsonify(body), 202
 
 
 @api.get("/jobs/<job_id>/results")
 @require_account
 def job_results(job_id: str):  # noqa: ANN201
-    fmt = request.args.get("format", "jsonl")
-    if fmt not in ("jsonl", "csv"):
-        abort(400, description=f"unknown format {fmt!r}; use jsonl or csv")
-    factory = session_factory(_settings())
-    with factory() as session:
-        job = _own_job(session, job_id)
-        key, tasks, labels = job.id, list(job.tasks), list(job.labels)
-
-    def jsonl() -> Iterator[str]:
-        with factory() as session:
-            yield from jsonl_lines(iter_results(session, key))
-
-    def csv_rows() -> Iterator[str]:
-        with factory() as session:
-            yield from csv_blocks(iter_results(session, key), tasks, labels)
-
-    if fmt == "csv":
-        return Response(
-            csv_rows(),
-            mimetype="text/csv",
-            headers={"Content-Disposition": f'attachment; filename="{key}-results.csv"'},
-        )
-    return Response(
-        jsonl(),
-        mimetype="application/x-ndjson",
-        headers={"Content-Disposition": f'attachment; filename="{key}-results.jsonl"'},
-    )
+    return results_download(_settings(), job_id, request.args.get("format", "jsonl"))

@@ -7,8 +7,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, abort, current_app, jsonify
 from sqlalchemy import text
 
 from db.session import session_factory
@@ -47,6 +48,25 @@ def lanes():  # noqa: ANN201
         return jsonify({queue: lane_depth(r, queue) for queue in QUEUES})
     except Exception as exc:  # noqa: BLE001 - an autoscaler must see "unknown", not a 500
         return jsonify(error="unavailable", message=f"Redis: {type(exc).__name__}"), 503
+
+
+@ops.get("/metrics")
+def metrics() -> Response:
+    """Prometheus: every Laneway process's metrics on this machine and the queues' depth.
+    Fleet-wide figures only, no account's data, so no key is asked (LANEWAY_METRICS=off
+    turns it off; bind or firewall it as any scrape target)."""
+    settings = current_app.config["LANEWAY_SETTINGS"]
+    if not settings.metrics:
+        abort(404, description="metrics are off (LANEWAY_METRICS=off)")
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from laneway.metrics import exposition
+
+    try:
+        body = exposition(settings)
+    except redis.RedisError as exc:
+        return jsonify(error="unavailable", message=f"Redis: {type(exc).__name__}"), 503
+    return Response(body, content_type=CONTENT_TYPE_LATEST)
 
 
 OPENAPI_SPEC = Path(__file__).parent / "openapi.yaml"

@@ -1,18 +1,44 @@
-"""Web pages: sign in with an API key (kept as a signed session), sign out, a landing page.
+"""Web pages: sign in with an API key (kept as a signed session), submit a job, the job
+list, a job (live progress, then its results, failures and dead letters), the dashboard.
 
-The foundation the real pages build on: every form carries a CSRF token (Flask-WTF), the
-session cookie is HttpOnly, SameSite=Lax and Secure, and pages are never cached.
+Every form carries a CSRF token (Flask-WTF), the session cookie is HttpOnly, SameSite=Lax
+and Secure, pages are never cached. Everything about jobs is the signed-in account's only
+(webapp/jobviews.py, shared with the JSON API); the dashboard shows fleet-wide figures.
 """
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, g, redirect, render_template, session, url_for
-from flask_wtf import FlaskForm
-from wtforms import PasswordField
-from wtforms.validators import DataRequired, Length
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
 
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from flask_wtf import FlaskForm
+from flask_wtf.file import FileField
+from wtforms import PasswordField, SelectMultipleField, StringField, TextAreaField
+from wtforms.validators import DataRequired, Length
+from wtforms.widgets import CheckboxInput, ListWidget
+
+from db.models import FINAL_JOB_STATUSES
 from db.queries import live_key
 from db.session import session_factory
+from laneway.inputs import InputError, file_items, json_items, parse_labels
+from laneway.jobs import parse_tasks, submit_job
+from laneway.results import job_view, result_record
+from laneway.settings import TASKS
+from tasks.lifecycle import LaneFull
+from webapp import charts, jobviews
 from webapp.auth import app_settings
 
 pages = Blueprint("pages", __name__)
@@ -24,6 +50,41 @@ class LoginForm(FlaskForm):
 
 class LogoutForm(FlaskForm):
     """No fields: the CSRF token alone, so another site cannot sign a user out."""
+
+
+class RetryForm(FlaskForm):
+    """No fields: the CSRF token alone."""
+
+
+class SubmitForm(FlaskForm):
+    texts = TextAreaField("Texts, one per line")
+    file = FileField("or a file: .csv (id,text) or .jsonl, optionally .gz")
+    tasks = SelectMultipleField(
+        "Tasks",
+        choices=list(TASKS),
+        default=["classify"],
+        option_widget=CheckboxInput(),
+        widget=ListWidget(prefix_label=False),
+    )
+    labels = StringField("Labels for classify, comma-separated (empty: the defaults)")
+
+
+def signed_in(view: Callable[..., Any]) -> Callable[..., Any]:
+    """Send a visitor who is not signed in to the sign-in form."""
+
+    @wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if g.get("account") is None:
+            return redirect(url_for("pages.login"), code=303)
+        return view(*args, **kwargs)
+
+    return wrapper
+
+
+@pages.context_processor
+def _layout() -> dict[str, Any]:
+    """The navigation's sign-out form, on every page of a signed-in account."""
+    return {"logout": LogoutForm(), "account": g.get("account")}
 
 
 @pages.after_request
@@ -62,14 +123,165 @@ def logout() -> Response | tuple[str, int]:
 
 
 @pages.get("/")
+@signed_in
 def home() -> Response | str:
-    if g.account is None:
-        return redirect(url_for("pages.login"), code=303)
     limits = app_settings().limits_for(g.account.type)
+    return render_template("pages/home.html", limits=limits, key_prefix=g.key_prefix)
+
+
+# --- submit -------------------------------------------------------------------------------
+
+
+def _form_items(form: SubmitForm, settings: Any):  # noqa: ANN202
+    """The job's items from the upload (read as stored, the API's streaming path) or the
+    pasted lines (ids are their line numbers)."""
+    limits = jobviews.item_limits(settings, g.account.type)
+    upload = form.file.data
+    if upload is not None and upload.filename:
+        if (form.texts.data or "").strip():
+            raise InputError("paste texts or upload a file, not both")
+        return file_items(upload.filename, upload.stream, limits)
+    lines = [
+        {"id": str(n), "text": line.strip()}
+        for n, line in enumerate((form.texts.data or "").splitlines(), 1)
+        if line.strip()
+    ]
+    if not lines:
+        raise InputError("paste at least one text, or upload a .csv or .jsonl file")
+    return json_items(lines, limits)
+
+
+@pages.route("/submit", methods=["GET", "POST"])
+@signed_in
+def submit() -> Response | tuple[str, int] | str:
+    form = SubmitForm()
+    if not form.validate_on_submit():
+        return render_template("pages/submit.html", form=form), 400 if form.errors else 200
+    settings = app_settings()
+    try:
+        tasks = parse_tasks(form.tasks.data or [], None)
+        labels = parse_labels(form.labels.data or None, None) if "classify" in tasks else None
+        items = _form_items(form, settings)
+        job = submit_job(
+            g.account, items, tasks=tasks, labels=labels, source="web", settings=settings
+        )
+    except InputError as exc:
+        return render_template("pages/submit.html", form=form, problem=str(exc)), 400
+    except LaneFull as exc:
+        html = render_template("pages/submit.html", form=form, problem=str(exc))
+        return html, 503, {"Retry-After": str(exc.retry_after)}
+    return redirect(url_for("pages.job", job_id=job.id), code=303)
+
+
+# --- jobs ---------------------------------------------------------------------------------
+
+
+@pages.get("/jobs")
+@signed_in
+def jobs() -> str:
+    settings = app_settings()
+    number = jobviews.page_number(request.args.get("page"))
+    with session_factory(settings)() as db:
+        listing = jobviews.list_jobs(db, g.account.id, number)
+        views = [job_view(db, job, settings) for job in listing.rows]
+    return render_template("pages/jobs.html", listing=listing, jobs=views)
+
+
+@pages.get("/jobs/<job_id>")
+@signed_in
+def job(job_id: str) -> str:
+    settings = app_settings()
+    number = jobviews.page_number(request.args.get("page"))
+    with session_factory(settings)() as db:
+        row = jobviews.own_job_or_404(db, job_id)
+        view = job_view(db, row, settings)
+        final = row.status in FINAL_JOB_STATUSES
+        results = jobviews.results_page(db, row, number) if final else None
+        failed = jobviews.failed_items(db, row.id) if final else []
+        letters = jobviews.dead_letters(db, row.id, limit=100)
+        waiting = jobviews.open_letters(db, row.id)
+    rows = [result_record(r) for r in results.rows] if results else []
     return render_template(
-        "pages/home.html",
-        account=g.account,
-        limits=limits,
-        key_prefix=g.key_prefix,
-        logout=LogoutForm(),
+        "pages/job.html",
+        job=view,
+        progress=jobviews.progress(view),
+        results=results,
+        rows=rows,
+        failed=failed,
+        letters=letters,
+        open_letters=waiting,
+        retry=RetryForm(),
+    )
+
+
+@pages.get("/jobs/<job_id>/progress")
+def job_progress(job_id: str) -> Response | tuple[Response, int]:
+    """The progress bar's figures, as JSON, for the job page's script."""
+    if g.get("account") is None:
+        return jsonify(error="unauthorized", message="sign in first"), 401
+    settings = app_settings()
+    with session_factory(settings)() as db:
+        view = job_view(db, jobviews.own_job_or_404(db, job_id), settings)
+    return jsonify(jobviews.progress(view))
+
+
+@pages.get("/jobs/<job_id>/results")
+@signed_in
+def job_results(job_id: str) -> Response:
+    return jobviews.results_download(app_settings(), job_id, request.args.get("format", "jsonl"))
+
+
+@pages.post("/jobs/<job_id>/retry")
+@signed_in
+def job_retry(job_id: str) -> Response | tuple[str, int]:
+    settings = app_settings()
+    with session_factory(settings)() as db:
+        key = jobviews.own_job_or_404(db, job_id).id
+    if not RetryForm().validate_on_submit():
+        abort(400, description="retry with the button on the job's page")
+    try:
+        jobviews.retry_job(settings, key)
+    except jobviews.RetryRefused as exc:
+        abort(409, description=str(exc))
+    return redirect(url_for("pages.job", job_id=key), code=303)
+
+
+# --- dashboard ----------------------------------------------------------------------------
+
+
+def _flower_url() -> str:
+    settings = app_settings()
+    return settings.flower_url or f"http://{request.host.rsplit(':', 1)[0]}:{settings.flower_port}/"
+
+
+@pages.get("/dashboard")
+@signed_in
+def dashboard() -> str:
+    """The fleet as a whole: lanes, workers, throughput and cost (no account's jobs)."""
+    from laneway.redis_conn import redis_client
+    from tasks.app import QUEUES
+    from tasks.broker import lane_depth
+
+    settings = app_settings()
+    try:
+        r = redis_client(settings)
+        lanes = {queue: lane_depth(r, queue) for queue in QUEUES}
+    except Exception:  # noqa: BLE001 - the page still shows the rest
+        lanes = None
+    with session_factory(settings)() as db:
+        workers = jobviews.live_workers(db, settings)
+        series = jobviews.throughput(db)
+        cost = jobviews.cost_per_item(db, settings, series)
+    step = jobviews.BUCKET_MINUTES
+    ticks = [f"-{(jobviews.HOUR_BUCKETS - i) * step}m" for i in range(jobviews.HOUR_BUCKETS)]
+    return render_template(
+        "pages/dashboard.html",
+        lanes=lanes,
+        workers=workers,
+        throughput_chart=charts.grouped_bars(
+            series, ticks, "Items done per 5 minutes, last hour, by lane", "items"
+        ),
+        items_last_hour={lane: sum(v) for lane, v in series.items()},
+        cost_chart=charts.bars(cost, "Dollars per item by lane, last hour", "${:.2e} per item"),
+        flower_url=_flower_url(),
     )

@@ -10,7 +10,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from flask import Flask, Response, current_app, g, request
+from flask import Flask, Response, abort, current_app, g, request
 from flask_limiter import ApplicationLimit, Limiter
 from flask_wtf.csrf import CSRFProtect
 
@@ -120,11 +120,21 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
     limiter.init_app(app)
     # Load balancers poll health: it must never be refused.
     limiter.exempt(app.view_functions["ops.healthz"])
+    limiter.exempt(app.view_functions["ops.metrics"])
+    # Before the CSRF check, which cannot read a form with a nameless part (a 500).
+    app.before_request(_refuse_nameless_parts)
     csrf = CSRFProtect(app)
     for name in BEARER_BLUEPRINTS:
         csrf.exempt(app.blueprints[name])
     app.after_request(_security_headers)
     return limiter
+
+
+def _refuse_nameless_parts() -> None:
+    """A form part without a name is no form a page sent: 400, not a crash further on."""
+    if request.method == "POST" and (request.blueprint or "") not in BEARER_BLUEPRINTS:
+        if None in request.form or None in request.files:
+            abort(400, description="the form has a part without a name")
 
 
 def _rate_limit_headers(response: Response) -> Response:

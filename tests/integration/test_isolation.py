@@ -35,8 +35,10 @@ def test_every_endpoint_answers_404_for_another_accounts_ids(app, client, accoun
 
     walked = []
     for rule in app.url_map.iter_rules():
-        if not rule.arguments or rule.endpoint.startswith("admin."):
-            continue  # no ids to borrow; admin endpoints are for admins (tested apart)
+        if not rule.arguments or rule.endpoint.startswith(("admin.", "pages.", "static")):
+            # No ids to borrow; admin endpoints are for admins, pages sign in with a
+            # session (both tested apart); static files belong to no one.
+            continue
         path = _fill(rule.rule, owner_ids)
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             theirs = client.open(path, method=method, headers=auth(intruder_key))
@@ -62,3 +64,53 @@ def test_an_admin_sees_accounts_but_not_other_accounts_jobs(client, account_fact
     job_id = client.post("/v1/jobs", json={"items": ITEMS}, headers=auth(owner_key)).json["id"]
     assert client.get(f"/v1/jobs/{job_id}", headers=auth(admin_key)).status_code == 404
     assert client.get(f"/v1/jobs/{job_id}/results", headers=auth(admin_key)).status_code == 404
+
+
+def test_every_page_answers_404_for_another_accounts_job(app, client, account_factory):
+    """The same walk through the web pages, signed in as each account in turn (with each
+    one's own CSRF token for the forms)."""
+    from tests.integration.test_pages import BASE, _csrf, _login
+
+    _, owner_key = account_factory("enterprise")
+    _, intruder_key = account_factory("enterprise")
+    job_id = client.post("/v1/jobs", json={"items": ITEMS}, headers=auth(owner_key)).json["id"]
+    store_results(
+        job_id, [{"idx": 0, "item_id": "secret-1", "label": "x", "output": {}, "error": None}]
+    )
+    browsers = {}
+    for who, key in (("owner", owner_key), ("intruder", intruder_key)):
+        browsers[who] = app.test_client()
+        assert _login(browsers[who], key).status_code == 303
+    tokens = {who: _csrf(b.get("/submit", base_url=BASE).data) for who, b in browsers.items()}
+
+    walked = []
+    for rule in app.url_map.iter_rules():
+        if not rule.arguments or not rule.endpoint.startswith("pages."):
+            continue
+        path = _fill(rule.rule, {"job_id": job_id})
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            answers = {}
+            for who, browser in browsers.items():
+                answers[who] = browser.open(
+                    path,
+                    method=method,
+                    base_url=BASE,
+                    data={"csrf_token": tokens[who]} if method == "POST" else None,
+                    headers={"Referer": BASE + "/"},
+                )
+            theirs, mine = answers["intruder"], answers["owner"]
+            assert theirs.status_code == 404, (method, path, theirs.status_code)
+            assert b"secret-1" not in theirs.data and b"private" not in theirs.data
+            assert mine.status_code != 404 and mine.status_code < 500, (method, path, mine)
+            walked.append((method, rule.rule))
+    for route in (
+        ("GET", "/jobs/<job_id>"),
+        ("GET", "/jobs/<job_id>/progress"),
+        ("GET", "/jobs/<job_id>/results"),
+        ("POST", "/jobs/<job_id>/retry"),
+    ):
+        assert route in walked, route
+    # Nor does the job list or the dashboard name another account's job.
+    for page in ("/jobs", "/dashboard"):
+        html = browsers["intruder"].get(page, base_url=BASE).data
+        assert job_id[:8].encode() not in html and b"secret-1" not in html

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import json
 import re
+import uuid
 
 import pytest
 
@@ -133,3 +136,212 @@ def test_the_secret_key_is_generated_once_and_kept(tmp_path, settings):
     assert len(first) >= 32 and secret_key(home) == first
     assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
     assert secret_key(dataclasses.replace(home, secret_key="x" * 40)) == "x" * 40
+
+
+# --- submit, jobs, a job, the dashboard ------------------------------------------------
+
+
+def _signed_in(app, account_factory, type_: str = "standard"):
+    browser = app.test_client()
+    account, key = account_factory(type_)
+    assert _login(browser, key).status_code == 303
+    return browser, account
+
+
+def _submit(browser, data: dict, ticked: bool = True):
+    """Post the form as a browser would: classify is ticked unless the data says otherwise
+    (or nothing is, with ticked=False)."""
+    page = browser.get("/submit", base_url=BASE)
+    assert page.status_code == 200
+    data = {"csrf_token": _csrf(page.data), **({"tasks": ["classify"]} if ticked else {}), **data}
+    return browser.post(
+        "/submit",
+        data=data,
+        base_url=BASE,
+        headers={"Referer": BASE + "/submit"},
+        content_type="multipart/form-data",
+    )
+
+
+def _job_id(response) -> str:
+    assert response.status_code == 303, response.data[:800]
+    location = response.headers["Location"]
+    assert location.startswith("/jobs/")
+    return location.rsplit("/", 1)[1]
+
+
+def _finish(job_id: str, n_failed: int = 0, letter: bool = False) -> None:
+    """What workers would have written: every item's result (the last n_failed failed),
+    the chunks done, a dead letter; then the job settles."""
+    from sqlalchemy import select, update
+
+    from db.models import Chunk, DeadLetter, JobItem
+    from db.queries import upsert_results
+    from db.session import session_scope
+    from tasks.lifecycle import settle
+
+    key = uuid.UUID(job_id)
+    with session_scope() as session:
+        items = session.execute(
+            select(JobItem.idx, JobItem.item_id).where(JobItem.job_id == key).order_by(JobItem.idx)
+        ).all()
+        rows = []
+        for n, (idx, item_id) in enumerate(items):
+            failed = n >= len(items) - n_failed
+            output = {"label": "billing", "score": 0.5, "scores": {"billing": 0.5}}
+            rows.append(
+                {
+                    "idx": idx,
+                    "item_id": item_id,
+                    "label": None if failed else "billing",
+                    "output": None if failed else output,
+                    "error": "model exploded" if failed else None,
+                }
+            )
+        upsert_results(session, key, rows)
+        session.execute(
+            update(Chunk)
+            .where(Chunk.job_id == key)
+            .values(state="done", device="cpu", pre_seconds=0.01, model_seconds=0.2,
+                    post_seconds=0.01, finished_at=func_now())
+        )  # fmt: skip
+        if letter:
+            last = items[-1]
+            session.add(
+                DeadLetter(job_id=key, kind="item", idxs=[last.idx], item_ids=[last.item_id],
+                           error="model exploded", traceback="Traceback ...", attempts=3)
+            )  # fmt: skip
+    settle(key)
+
+
+def func_now():
+    from db.queries import utcnow
+
+    return utcnow()
+
+
+def test_pages_redirect_to_sign_in(browser):
+    for path in ("/submit", "/jobs", "/dashboard", f"/jobs/{uuid.uuid4()}"):
+        response = browser.get(path, base_url=BASE)
+        assert response.status_code == 303 and response.headers["Location"] == "/login", path
+    progress = browser.get(f"/jobs/{uuid.uuid4()}/progress", base_url=BASE)
+    assert progress.status_code == 401 and progress.json["error"] == "unauthorized"
+
+
+def test_submit_pasted_texts_then_watch_and_read_the_results(app, account_factory):
+    browser, _ = _signed_in(app, account_factory)
+    texts = "\n".join(f"message number {n}" for n in range(120))
+    job_id = _job_id(_submit(browser, {"texts": texts, "tasks": ["classify", "score"],
+                                       "labels": "billing, shipping"}))  # fmt: skip
+    page = browser.get(f"/jobs/{job_id}", base_url=BASE)
+    assert page.status_code == 200 and b'id="bar"' in page.data
+    assert b"job.js" in page.data and b"<script>" not in page.data  # no inline script
+    progress = browser.get(f"/jobs/{job_id}/progress", base_url=BASE).json
+    assert progress["total"] == 120 and progress["final"] is False
+    _finish(job_id, n_failed=2)
+    done = browser.get(f"/jobs/{job_id}/progress", base_url=BASE).json
+    assert done["final"] and done["percent"] == 100.0 and done["status"] == "partial"
+    first = browser.get(f"/jobs/{job_id}", base_url=BASE)
+    html = first.data.decode()
+    assert "Results" in html and "page 1 of 3" in html and 'rel="next"' in html
+    assert html.count('<td class="error">model exploded</td>') == 2  # failed items only
+    last = browser.get(f"/jobs/{job_id}?page=3", base_url=BASE).data.decode()
+    assert "page 3 of 3" in last and ">119<" in last and "model exploded" in last
+    assert browser.get(f"/jobs/{job_id}?page=x", base_url=BASE).status_code == 200
+    jsonl = browser.get(f"/jobs/{job_id}/results?format=jsonl", base_url=BASE)
+    lines = [json.loads(x) for x in jsonl.data.decode().splitlines()]
+    assert len(lines) == 120 and lines[0]["label"] == "billing"
+    assert lines[-1] == {"id": "120", "error": "model exploded"}
+    csv = browser.get(f"/jobs/{job_id}/results?format=csv", base_url=BASE)
+    assert csv.mimetype == "text/csv" and csv.data.decode().splitlines()[0].startswith("id,label")
+    assert browser.get(f"/jobs/{job_id}/results?format=xml", base_url=BASE).status_code == 400
+
+
+def test_an_upload_goes_through_the_streaming_path_and_bad_input_is_named(app, account_factory):
+    browser, _ = _signed_in(app, account_factory)
+    good = {"file": (io.BytesIO(b"id,text\na,hello there\nb,where is my parcel\n"), "in.csv")}
+    job_id = _job_id(_submit(browser, good))
+    assert browser.get(f"/jobs/{job_id}/progress", base_url=BASE).json["total"] == 2
+    bad = {
+        "file": (io.BytesIO(b'{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n'), "in.jsonl")
+    }
+    refused = _submit(browser, bad)
+    assert refused.status_code == 400 and b"line 2: duplicate id" in refused.data
+    empty = _submit(browser, {"texts": "  \n "})
+    assert empty.status_code == 400 and b"paste at least one text" in empty.data
+    wrong = _submit(browser, {"texts": "hi", "tasks": ["translate"]})
+    assert wrong.status_code == 400 and b"is not a valid choice" in wrong.data
+    # A form posts no checkbox at all when none is ticked.
+    none = _submit(browser, {"texts": "hi", "labels": "a, b"}, ticked=False)
+    assert none.status_code == 400 and b"non-empty list of task names" in none.data
+
+
+def test_the_jobs_list_is_the_accounts_own_and_paged(app, account_factory):
+    browser, _ = _signed_in(app, account_factory)
+    other, _ = _signed_in(app, account_factory)
+    theirs = _job_id(_submit(other, {"texts": "someone else's text"}))
+    mine = [_job_id(_submit(browser, {"texts": f"text {n}"})) for n in range(27)]
+    first = browser.get("/jobs", base_url=BASE).data.decode()
+    assert mine[-1][:8] in first and mine[0][:8] not in first  # newest first
+    assert theirs[:8] not in first and "page 1 of 2" in first
+    second = browser.get("/jobs?page=2", base_url=BASE).data.decode()
+    assert mine[0][:8] in second and theirs[:8] not in second
+
+
+def test_retry_needs_the_csrf_token_and_sends_the_dead_letters_back(app, account_factory):
+    browser, _ = _signed_in(app, account_factory)
+    job_id = _job_id(_submit(browser, {"texts": "one\ntwo\nthree"}))
+    _finish(job_id, n_failed=1, letter=True)
+    page = browser.get(f"/jobs/{job_id}", base_url=BASE)
+    html = page.data.decode()
+    assert "Dead letters" in html and "Traceback" not in html and 'id="retry"' in html
+    referer = {"Referer": f"{BASE}/jobs/{job_id}"}
+    no_token = browser.post(f"/jobs/{job_id}/retry", base_url=BASE, headers=referer)
+    assert no_token.status_code == 400 and b"CSRF token is missing" in no_token.data
+    token = re.search(rb'/retry">\s*<input id="csrf_token" name="csrf_token" type="hidden" '
+                      rb'value="([^"]+)"', page.data).group(1).decode()  # fmt: skip
+    sent = browser.post(
+        f"/jobs/{job_id}/retry", data={"csrf_token": token}, base_url=BASE, headers=referer
+    )
+    assert sent.status_code == 303 and sent.headers["Location"] == f"/jobs/{job_id}"
+    after = browser.get(f"/jobs/{job_id}", base_url=BASE).data.decode()
+    assert 'id="retry"' not in after  # the letter was sent back
+    again = browser.post(
+        f"/jobs/{job_id}/retry", data={"csrf_token": token}, base_url=BASE, headers=referer
+    )
+    assert again.status_code == 409 and b"no dead letters" in again.data
+
+
+def test_the_dashboard_shows_lanes_workers_and_charts(app, account_factory):
+    browser, _ = _signed_in(app, account_factory)
+    job_id = _job_id(_submit(browser, {"texts": "a\nb\nc"}))
+    _finish(job_id)
+    html = browser.get("/dashboard", base_url=BASE).data.decode()
+    for part in ("Lanes", "Workers", "<svg", "Items done per 5 minutes", "Dollars per item"):
+        assert part in html, part
+    assert 'id="flower" href="http://laneway.test:5555/"' in html
+    assert job_id not in html  # fleet-wide figures, no account's jobs
+    linked = app.config["LANEWAY_SETTINGS"]
+    import dataclasses
+
+    from webapp import create_app
+
+    other = create_app(dataclasses.replace(linked, flower_url="https://flower.example/"))
+    b2, _ = _signed_in(other, account_factory)
+    assert b'href="https://flower.example/"' in b2.get("/dashboard", base_url=BASE).data
+
+
+def test_static_files_are_served_from_this_origin(client):
+    script = client.get("/static/job.js")
+    assert script.status_code == 200 and b"fetch(" in script.data
+    assert client.get("/static/laneway.css").status_code == 200
+    assert client.get("/static/nothing.js").status_code == 404
+
+
+def test_a_form_part_without_a_name_is_refused_not_a_crash(browser):
+    body = b'--b\r\nContent-Disposition: form-data; name="\n"\r\n\r\nnull\r\n--b--\r\n'
+    for path in ("/submit", "/login"):
+        response = browser.post(
+            path, data=body, content_type="multipart/form-data; boundary=b", base_url=BASE
+        )
+        assert response.status_code == 400 and b"without a name" in response.data, path

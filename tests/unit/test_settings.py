@@ -264,3 +264,32 @@ def test_interactive_settings_and_their_defaults():
 def test_malformed_interactive_settings_name_the_variable(var, value):
     with pytest.raises(SettingsError, match=var):
         Settings.from_env({var: value})
+
+
+def test_monitoring_settings_and_their_defaults():
+    s = Settings.from_env({})
+    assert (s.metrics, s.flower_port, s.flower_max_tasks, s.flower_url) == (True, 5555, 10000, "")
+    s = Settings.from_env(
+        {
+            "LANEWAY_METRICS": "off",
+            "LANEWAY_FLOWER_PORT": "6555",
+            "LANEWAY_FLOWER_MAX_TASKS": "500",
+            "LANEWAY_FLOWER_URL": "https://flower.example/",
+        }
+    )
+    assert (s.metrics, s.flower_port, s.flower_max_tasks) == (False, 6555, 500)
+    assert s.flower_url == "https://flower.example/"
+
+
+@pytest.mark.parametrize(
+    "var,value,message",
+    [
+        ("LANEWAY_METRICS", "maybe", "true or false"),
+        ("LANEWAY_FLOWER_PORT", "0", "at least 1"),
+        ("LANEWAY_FLOWER_MAX_TASKS", "lots", "integer"),
+        ("LANEWAY_FLOWER_URL", "flower:5555", "http"),
+    ],
+)
+def test_malformed_monitoring_settings_name_the_variable(var, value, message):
+    with pytest.raises(SettingsError, match=f"{var}.*{message}"):
+        Settings.from_env({var: value})

@@ -1,0 +1,84 @@
+"""Metrics shaping: micro-batch sizes, the queues' gauges, and folding dead processes' files."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from laneway import metrics
+
+
+def test_micro_batches_follow_the_chunk_and_batch_size():
+    assert metrics.micro_batches(70, 32) == [32, 32, 6]
+    assert metrics.micro_batches(64, 32) == [32, 32]
+    assert metrics.micro_batches(0, 32) == []
+
+
+def test_queue_gauges_carry_each_queue_and_count():
+    families = metrics.queue_families(
+        {
+            "cpu": {"queued": 3, "delivered": 2, "depth": 5},
+            "gpu": {"queued": 0, "delivered": 1, "depth": 1},
+        }
+    )
+    samples = {(f.name, s.labels["queue"]): s.value for f in families for s in f.samples}
+    assert samples[("laneway_queue_depth", "cpu")] == 5
+    assert samples[("laneway_queue_queued", "cpu")] == 3
+    assert samples[("laneway_queue_delivered", "gpu")] == 1
+
+
+def _write(path, name, key, value):
+    d = MmapedDict(str(path / name))
+    d.write_value(key, value, 0.0)
+    d.close()
+
+
+def _scrape(path) -> str:
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(path))
+    return generate_latest(registry).decode()
+
+
+def test_dead_processes_files_fold_into_an_archive_and_keep_their_counts(tmp_path):
+    key = mmap_key(
+        "laneway_items_processed_total", "laneway_items_processed_total", ["lane"], ["cpu"], "Items"
+    )
+    _write(tmp_path, "counter_web-1-101.db", key, 5.0)
+    _write(tmp_path, "counter_web-1-102.db", key, 7.0)
+    _write(tmp_path, "counter_web-1-103.db", key, 1.0)  # alive: left alone
+    _write(tmp_path, "counter_worker-2-101.db", key, 4.0)  # another container's: left alone
+    gauge = mmap_key("g", "g", [], [], "a gauge")
+    _write(tmp_path, "gauge_liveall_web-1-101.db", gauge, 1.0)
+    before = _scrape(tmp_path)
+    assert 'laneway_items_processed_total{lane="cpu"} 17.0' in before
+
+    def compact():
+        return metrics.compact(tmp_path, alive=lambda pid: pid == 103, host="web-1")
+
+    removed = compact()
+    assert sorted(p.name for p in removed) == [
+        "counter_web-1-101.db",
+        "counter_web-1-102.db",
+        "gauge_liveall_web-1-101.db",
+    ]
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == [
+        "counter_archive.db",
+        "counter_web-1-103.db",
+        "counter_worker-2-101.db",
+    ]
+    assert 'laneway_items_processed_total{lane="cpu"} 17.0' in _scrape(tmp_path)
+    # A second death adds to the archive; nothing is counted twice.
+    _write(tmp_path, "counter_web-1-104.db", key, 2.0)
+    compact()
+    assert 'laneway_items_processed_total{lane="cpu"} 19.0' in _scrape(tmp_path)
+    assert compact() == []
+
+
+def test_flower_is_bounded_and_persists_nothing_in_the_working_directory(tmp_path):
+    from laneway.processes import flower_argv
+    from laneway.settings import Settings
+
+    argv = flower_argv(Settings(home=tmp_path), "0.0.0.0", 5555, 10000)
+    assert "--max_tasks=10000" in argv and "--persistent=False" in argv
+    assert f"--db={tmp_path / 'flower.db'}" in argv and "--address=0.0.0.0" in argv

@@ -1,0 +1,305 @@
+"""What the JSON API and the web pages both show of jobs: the caller's job or 404, its
+results as a download, its dead letters, a retry, the job list, and the dashboard's
+fleet-wide figures. One place for each query, so the two faces never disagree."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from flask import Response, abort, g
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, Result, Worker
+from db.queries import aware, iter_results, own_job, utcnow
+from db.session import session_factory
+from laneway.inputs import Limits
+from laneway.results import csv_blocks, iso, jsonl_lines
+from laneway.settings import LANES, Settings
+from tasks.lifecycle import retry_dead_letters
+
+
+def item_limits(settings: Settings, account_type: str) -> Limits:
+    """The item limits of the caller's account type."""
+    return Limits(
+        settings.limits_for(account_type).max_items,
+        settings.max_text_chars,
+        f"LANEWAY_MAX_ITEMS_{account_type.upper()}",
+    )
+
+
+def own_job_or_404(session: Session, job_id: str) -> Job:
+    """The signed-in account's job, or 404 (another account's job is indistinguishable
+    from none)."""
+    try:
+        key = uuid.UUID(job_id)
+    except ValueError:
+        abort(404, description=f"no job {job_id!r}")
+    job = own_job(session, g.account.id, key)
+    if job is None:
+        abort(404, description=f"no job {job_id!r}")
+    return job
+
+
+def results_download(settings: Settings, job_id: str, fmt: str) -> Response:
+    """The job's results streamed as JSONL or CSV, read a page at a time."""
+    if fmt not in ("jsonl", "csv"):
+        abort(400, description=f"unknown format {fmt!r}; use jsonl or csv")
+    factory = session_factory(settings)
+    with factory() as session:
+        job = own_job_or_404(session, job_id)
+        key, tasks, labels = job.id, list(job.tasks), list(job.labels)
+
+    def lines() -> Iterator[str]:
+        with factory() as session:
+            results = iter_results(session, key)
+            if fmt == "csv":
+                yield from csv_blocks(results, tasks, labels)
+            else:
+                yield from jsonl_lines(results)
+
+    mimetype = "text/csv" if fmt == "csv" else "application/x-ndjson"
+    disposition = f'attachment; filename="{key}-results.{fmt}"'
+    return Response(lines(), mimetype=mimetype, headers={"Content-Disposition": disposition})
+
+
+def dead_letter_record(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "id": letter.id,
+        "kind": letter.kind,
+        "item_ids": letter.item_ids,
+        "error": letter.error,
+        "traceback": letter.traceback,
+        "attempts": letter.attempts,
+        "created_at": iso(letter.created_at),
+        "retried_at": iso(letter.retried_at),
+    }
+
+
+def dead_letters(
+    session: Session, job_id: uuid.UUID, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The job's dead letters, oldest first (the first `limit` of them)."""
+    letters = session.scalars(
+        select(DeadLetter).where(DeadLetter.job_id == job_id).order_by(DeadLetter.id).limit(limit)
+    )
+    return [dead_letter_record(x) for x in letters]
+
+
+def open_letters(session: Session, job_id: uuid.UUID) -> int:
+    """Dead letters not sent back yet (what the retry button would send)."""
+    where = (DeadLetter.job_id == job_id, DeadLetter.retried_at.is_(None))
+    return session.scalar(select(func.count()).where(*where)) or 0
+
+
+class RetryRefused(Exception):
+    """Nothing to send back, or the job cannot take it now (answered 409)."""
+
+
+def retry_job(settings: Settings, job_id: uuid.UUID) -> tuple[int, int]:
+    """Send the job's open dead letters back; (letters, items) sent, or RetryRefused."""
+    retried = retry_dead_letters(job_id=job_id, settings=settings)
+    if str(job_id) in retried.skipped:
+        raise RetryRefused(f"cannot retry: {retried.skipped[str(job_id)]}")
+    if not retried.letters:
+        raise RetryRefused("the job has no dead letters to send back")
+    return retried.letters, retried.jobs[str(job_id)]
+
+
+# --- the pages' own views ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing: its rows, its number (from 1) and whether more follow."""
+
+    rows: list[Any]
+    number: int
+    per_page: int
+    total: int
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-self.total // self.per_page))
+
+    @property
+    def has_prev(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.number < self.pages
+
+
+def page_number(raw: str | None) -> int:
+    """A page number from the query string: a positive integer, else page 1."""
+    return int(raw) if raw and raw.isdigit() and 0 < int(raw) < 10**9 else 1
+
+
+def list_jobs(session: Session, account_id: int, number: int, per_page: int = 25) -> Page:
+    """The account's jobs, newest first."""
+    total = session.scalar(select(func.count()).where(Job.account_id == account_id)) or 0
+    rows = session.scalars(
+        select(Job)
+        .where(Job.account_id == account_id)
+        .order_by(Job.created_at.desc(), Job.id)
+        .offset((number - 1) * per_page)
+        .limit(per_page)
+    ).all()
+    return Page(list(rows), number, per_page, total)
+
+
+def results_page(session: Session, job: Job, number: int, per_page: int = 50) -> Page:
+    """The job's results in input order, a page at a time (by index: no deep OFFSET scan
+    of other jobs' rows, the key is (job, idx))."""
+    total = session.scalar(select(func.count()).where(Result.job_id == job.id)) or 0
+    rows = session.scalars(
+        select(Result)
+        .where(Result.job_id == job.id)
+        .order_by(Result.idx)
+        .offset((number - 1) * per_page)
+        .limit(per_page)
+    ).all()
+    return Page(list(rows), number, per_page, total)
+
+
+def failed_items(session: Session, job_id: uuid.UUID, limit: int = 50) -> list[Result]:
+    return list(
+        session.scalars(
+            select(Result)
+            .where(Result.job_id == job_id, Result.error.is_not(None))
+            .order_by(Result.idx)
+            .limit(limit)
+        )
+    )
+
+
+def progress(view: dict[str, Any], now_iso: str | None = None) -> dict[str, Any]:
+    """The progress bar's figures from a job view: done, total, percent and an ETA from
+    the pace so far (None until an item is done, or once the job has ended)."""
+    done, total = view["progress"]["done"], view["progress"]["total"]
+    final = view["status"] in FINAL_JOB_STATUSES
+    eta = None
+    started = view["timings"]["started_at"]
+    if not final and started and 0 < done < total:
+        from datetime import datetime
+
+        now = datetime.fromisoformat(now_iso) if now_iso else utcnow()
+        elapsed = (now - datetime.fromisoformat(started)).total_seconds()
+        eta = round(max(0.0, elapsed / done * (total - done)), 1)
+    return {
+        "status": view["status"],
+        "final": final,
+        "done": done,
+        "total": total,
+        "percent": view["progress"]["percent"],
+        "eta_seconds": eta,
+    }
+
+
+# --- the dashboard: the fleet, not an account ------------------------------------------
+
+BUCKET_MINUTES = 5
+HOUR_BUCKETS = 60 // BUCKET_MINUTES
+
+
+def _chunk_items(start: int, stop: int, positions: list[int] | None) -> int:
+    return len(positions) if positions is not None else stop - start
+
+
+def throughput(session: Session, now=None) -> dict[str, list[int]]:  # noqa: ANN001
+    """Items finished per lane in each 5-minute bucket of the last hour, oldest first."""
+    now = now or utcnow()
+    since = now - timedelta(hours=1)
+    series = {lane: [0] * HOUR_BUCKETS for lane in LANES}
+    rows = session.execute(
+        select(Chunk.queue, Chunk.finished_at, Chunk.start, Chunk.stop, Chunk.positions).where(
+            Chunk.state == "done", Chunk.finished_at >= since
+        )
+    )
+    for queue, finished, start, stop, positions in rows:
+        if queue not in series:
+            continue
+        age = (now - aware(finished)).total_seconds()
+        bucket = HOUR_BUCKETS - 1 - int(age // (BUCKET_MINUTES * 60))
+        if 0 <= bucket < HOUR_BUCKETS:
+            series[queue][bucket] += _chunk_items(start, stop, positions)
+    return series
+
+
+def cost_per_item(
+    session: Session,
+    settings: Settings,
+    items: dict[str, list[int]],
+    now=None,  # noqa: ANN001
+) -> dict[str, float | None]:
+    """Dollars per item by lane over the chunks done in the last hour (`items`: what
+    throughput() counted): CPU stages at the CPU price, the model stage at its device's
+    price (as a job's cost is reckoned)."""
+    since = (now or utcnow()) - timedelta(hours=1)
+    rows = session.execute(
+        select(
+            Chunk.queue,
+            Chunk.device,
+            func.coalesce(func.sum(Chunk.pre_seconds), 0.0),
+            func.coalesce(func.sum(Chunk.model_seconds), 0.0),
+            func.coalesce(func.sum(Chunk.post_seconds), 0.0),
+        )
+        .where(Chunk.state == "done", Chunk.finished_at >= since)
+        .group_by(Chunk.queue, Chunk.device)
+    ).all()
+    dollars: dict[str, float] = defaultdict(float)
+    for queue, device, pre, model, post in rows:
+        model_price = settings.gpu_price if device == "cuda" else settings.cpu_price
+        dollars[queue] += (pre + post) * settings.cpu_price + model * model_price
+    out: dict[str, float | None] = {}
+    for lane in LANES:
+        n = sum(items[lane])
+        out[lane] = dollars[lane] / n if n else None
+    return out
+
+
+def live_workers(session: Session, settings: Settings) -> list[dict[str, Any]]:
+    """Worker processes heard from recently: queues, device, busy or idle and since when."""
+    alive_after = utcnow() - timedelta(seconds=settings.worker_dead_after)
+    rows = session.scalars(
+        select(Worker)
+        .where(Worker.stopped_at.is_(None), Worker.last_seen_at >= alive_after)
+        .order_by(Worker.hostname, Worker.started_at)
+    ).all()
+    # A busy worker is busy since the chunk it runs started.
+    busy_since = dict(
+        session.execute(
+            select(Chunk.worker_instance, func.min(Chunk.started_at))
+            .where(
+                Chunk.state == "running",
+                Chunk.worker_instance.in_([w.id for w in rows if w.running_tasks > 0]),
+            )
+            .group_by(Chunk.worker_instance)
+        ).all()
+    )
+    return [
+        {
+            "hostname": w.hostname,
+            # Not the worker's own remote-control queue (name@host.dq2).
+            "queues": ", ".join(q for q in w.queues if "@" not in q),
+            "device": w.device or "?",
+            "gpu_device": w.gpu_device,
+            "busy": w.running_tasks > 0,
+            "since": iso(_since(w, busy_since.get(w.id))),
+            "started_at": iso(w.started_at),
+        }
+        for w in rows
+    ]
+
+
+def _since(worker: Worker, busy_since: Any) -> Any:  # noqa: ANN401
+    """Busy since its chunk started; idle since its last task ended (or since it started)."""
+    if worker.running_tasks > 0:
+        return busy_since or worker.started_at
+    return worker.idle_since or worker.started_at
