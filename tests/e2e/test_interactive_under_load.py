@@ -3,6 +3,7 @@ under gunicorn, a batch cpu worker busy with a job's chunks, and the interactive
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 
@@ -58,3 +59,19 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
     # Generous bounds for a shared 2-core machine (docs/benchmarks.md has the figures);
     # a request queued behind the job's chunks would take seconds.
     assert statistics.median(seconds) < 0.5 and max(seconds) < 2.0, seconds
+
+    # A request not answered in time (here: at once, `Prefer: wait=0`) becomes a job, and
+    # its results come later from the batch lane, once the big job is out of the way.
+    late = {"items": [{"id": "late", "text": "my parcel never arrived"}]}
+    r = http.post(f"{url}/v1/embed", json=late, headers={**headers, "Prefer": "wait=0"})
+    assert r.status_code == 202, r.text
+    assert http.delete(f"{url}/v1/jobs/{job_id}", headers=headers).status_code == 202
+
+    def finished():
+        body = http.get(f"{url}{r.json()['links']['self']}", headers=headers).json()
+        return body if body["status"] in ("succeeded", "partial", "failed") else None
+
+    assert wait_for(finished, 120, "the stored request's job", procs)["status"] == "succeeded"
+    lines = http.get(f"{url}{r.json()['links']['results']}", headers=headers).text.splitlines()
+    (result,) = [json.loads(line) for line in lines]
+    assert result["id"] == "late" and len(result["embedding"]) == 384
