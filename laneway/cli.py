@@ -312,14 +312,15 @@ def inbox_scan(as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("lane", type=click.Choice((*LANES, "maintenance")))
+@click.argument("lane", type=click.Choice((*LANES, "maintenance", "interactive")))
 @click.option("--concurrency", "-c", type=int, default=None, help="child processes (cpu)")
 @click.option("--name", default=None, help="node name before @host (default: the lane)")
 @click.option("--device", default=None, help="gpu: run only the worker for this device")
 def worker(lane: str, concurrency: int | None, name: str | None, device: str | None) -> None:
-    """Run Celery workers for one queue: cpu (with maintenance), maintenance alone, or gpu:
+    """Run Celery workers for one queue: cpu (with maintenance), maintenance alone, gpu:
     one process per device in LANEWAY_GPU_DEVICES (default: every CUDA device), each
-    pinned to its device (CUDA_VISIBLE_DEVICES) and named gpu<N>@host."""
+    pinned to its device (CUDA_VISIBLE_DEVICES) and named gpu<N>@host, or interactive:
+    the dynamic batcher on interactive.<LANEWAY_INTERACTIVE_LANE>."""
     from laneway.processes import worker_argv, worker_env
     from workers.devices import LaneError
 

@@ -16,9 +16,12 @@ from laneway.settings import Settings
 log = logging.getLogger("laneway.fleet")
 
 
-def worker_queues(lane: str) -> str:
+def worker_queues(lane: str, settings: Settings | None = None) -> str:
     """The cpu worker also serves the maintenance queue: chord callbacks, the reconciler
-    and alerts, short tasks that never wait behind the lanes' chunks."""
+    and alerts, short tasks that never wait behind the lanes' chunks. The interactive
+    worker serves its lane's interactive queue alone."""
+    if lane == "interactive":
+        return settings.interactive_queue if settings else "interactive.cpu"
     return "cpu,maintenance" if lane == "cpu" else lane
 
 
@@ -27,7 +30,7 @@ def worker_argv(
 ) -> list[str]:
     argv = [
         sys.executable, "-m", "celery", "-A", "tasks", "worker",
-        "-Q", worker_queues(lane),
+        "-Q", worker_queues(lane, settings),
         "-n", f"{name or lane}@%h",
         "--loglevel", "INFO",
         "-E",
@@ -35,6 +38,11 @@ def worker_argv(
     if lane == "gpu":
         # One chunk at a time per device, and one message prefetched at most.
         return [*argv, "-c", "1", "--prefetch-multiplier", "1"]
+    if lane == "interactive":
+        # Threads that wait on the process's one batcher (and its one copy of the model);
+        # as many messages reserved as threads to wait on them.
+        threads = concurrency or settings.interactive_threads
+        return [*argv, "-P", "threads", "-c", str(threads), "--prefetch-multiplier", "1"]
     return [*argv, "-c", str(concurrency or settings.worker_concurrency)]
 
 
@@ -44,9 +52,12 @@ def worker_env(lane: str, settings: Settings) -> dict[str, str]:
 
     if lane == "maintenance":
         return {}
+    model_lane = settings.interactive_lane if lane == "interactive" else lane
     return {
-        "LANEWAY_DEVICE": check_lane(lane, settings),
+        "LANEWAY_DEVICE": check_lane(model_lane, settings),
         "LANEWAY_GPU_FALLBACK": settings.gpu_fallback,
+        # Idle OpenMP threads sleep: a spinning one takes a core from the other workers.
+        "OMP_WAIT_POLICY": "PASSIVE",
     }
 
 
@@ -79,7 +90,7 @@ def web_argv(settings: Settings, host: str, port: int) -> list[str]:
         sys.executable, "-m", "gunicorn",
         "--bind", f"{host}:{port}",
         "--workers", str(settings.web_workers),
-        "--threads", "4",
+        "--threads", str(settings.web_threads),
         "--access-logfile", "-",
         # The default format logs a Basic-auth user name, which could be an API key.
         "--access-logformat", ACCESS_LOG_FORMAT,
@@ -122,11 +133,17 @@ def add_gpu_workers(fleet: Fleet, settings: Settings, devices: Sequence[str], po
 
 
 def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
-    """The cpu workers (always up) and a gpu worker per device (started on demand)."""
+    """The cpu workers and the interactive worker (always up) and a gpu worker per device
+    (started on demand)."""
     for n in range(settings.cpu_workers):
         name = "cpu" if n == 0 else f"cpu{n + 1}"
         argv = worker_argv("cpu", settings, name=name)
         fleet.add(f"worker-{name}", argv, worker_env("cpu", settings), ALWAYS, node(name))
+    # The interactive worker: always up, so a first request never waits for a start.
+    argv = worker_argv("interactive", settings, name="interactive")
+    fleet.add(
+        "worker-interactive", argv, worker_env("interactive", settings), ALWAYS, node("interactive")
+    )
     devices = gpu_devices(settings)
     if not devices:
         log.warning("no CUDA device and no LANEWAY_GPU_FALLBACK=cpu: this fleet runs no gpu worker")

@@ -145,6 +145,16 @@ def _float(name: str, minimum: float = 0.0) -> Callable[[str], float]:
     return parse
 
 
+def _nice(name: str) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = _int(name)(raw)
+        if value > 19:
+            raise SettingsError(f"{name} must be a niceness from 0 to 19, got {value}")
+        return value
+
+    return parse
+
+
 def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         value = raw.strip().lower()
@@ -417,6 +427,26 @@ class Settings:
     # "" means generate one under LANEWAY_HOME on first use (webapp.security.secret_key).
     secret_key: str = field(default="", repr=False)
     secure_cookies: bool = True
+    # The interactive path (issue 6): sync answers, the dynamic batcher, the result cache.
+    sync_max_items: int = 32
+    sync_timeout: float = 2.0
+    sync_max_wait: float = 30.0
+    interactive_lane: str = "cpu"
+    interactive_threads: int = 32
+    batch_max: int = 64
+    batch_wait_ms: float = 50.0
+    cache_ttl: int = 300
+    batch_nice: int = 10
+    web_threads: int = 16
+
+    @property
+    def interactive_queue(self) -> str:
+        return f"interactive.{self.interactive_lane}"
+
+    def torch_threads_for(self, batch: bool) -> int:
+        """Batch workers take one torch thread fewer, so interactive work finds a core."""
+        return max(1, self.torch_threads - 1) if batch else self.torch_threads
+
     # Monitoring: Prometheus at /metrics (off: 404), Flower's port, task cap and the link
     # the dashboard shows ("": http://<this host>:<flower_port>/).
     metrics: bool = True
@@ -554,6 +584,22 @@ class Settings:
             "inbox_settle": ("LANEWAY_INBOX_SETTLE", _int("LANEWAY_INBOX_SETTLE", 0)),
             "inbox_max_items": ("LANEWAY_INBOX_MAX_ITEMS", _int("LANEWAY_INBOX_MAX_ITEMS", 1)),
             "inbox_tasks": ("LANEWAY_INBOX_TASKS", _tasks("LANEWAY_INBOX_TASKS")),
+            "sync_max_items": ("LANEWAY_SYNC_MAX_ITEMS", _int("LANEWAY_SYNC_MAX_ITEMS", 1)),
+            "sync_timeout": ("LANEWAY_SYNC_TIMEOUT", _float("LANEWAY_SYNC_TIMEOUT")),
+            "sync_max_wait": ("LANEWAY_SYNC_MAX_WAIT", _float("LANEWAY_SYNC_MAX_WAIT")),
+            "interactive_lane": (
+                "LANEWAY_INTERACTIVE_LANE",
+                _choice("LANEWAY_INTERACTIVE_LANE", LANES),
+            ),
+            "interactive_threads": (
+                "LANEWAY_INTERACTIVE_THREADS",
+                _int("LANEWAY_INTERACTIVE_THREADS", 1),
+            ),
+            "batch_max": ("LANEWAY_BATCH_MAX", _int("LANEWAY_BATCH_MAX", 1)),
+            "batch_wait_ms": ("LANEWAY_BATCH_WAIT_MS", _float("LANEWAY_BATCH_WAIT_MS")),
+            "cache_ttl": ("LANEWAY_CACHE_TTL", _int("LANEWAY_CACHE_TTL", 0)),
+            "batch_nice": ("LANEWAY_BATCH_NICE", _nice("LANEWAY_BATCH_NICE")),
+            "web_threads": ("LANEWAY_WEB_THREADS", _int("LANEWAY_WEB_THREADS", 1)),
             "metrics": ("LANEWAY_METRICS", _bool("LANEWAY_METRICS")),
             "flower_port": ("LANEWAY_FLOWER_PORT", _int("LANEWAY_FLOWER_PORT", 1)),
             "flower_max_tasks": ("LANEWAY_FLOWER_MAX_TASKS", _int("LANEWAY_FLOWER_MAX_TASKS", 1)),

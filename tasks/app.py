@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from celery import Celery
@@ -23,10 +24,16 @@ from laneway.settings import LANES, Settings, get_settings
 from tasks.backend import backend_url
 from tasks.base import visibility_timeout
 
+# Idle OpenMP threads sleep instead of spinning: on a shared CPU a spinning batch worker
+# would take the cores an interactive request needs. Set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # Chord callbacks, the reconciler and alerts: short tasks that must not wait behind a lane's
 # backlog of chunks. `laneway worker cpu` consumes it beside `cpu`.
 MAINTENANCE_QUEUE = "maintenance"
-QUEUES = (*LANES, MAINTENANCE_QUEUE)
+# Interactive requests (issue 6): a queue per lane that batch chunks never use.
+INTERACTIVE_QUEUES = tuple(f"interactive.{lane}" for lane in LANES)
+QUEUES = (*LANES, MAINTENANCE_QUEUE, *INTERACTIVE_QUEUES)
 # The tasks that occupy a lane's worker: a worker running none of them is idle.
 CHUNK_TASKS = frozenset(
     {"laneway.run_chunk", "laneway.prep_chunk", "laneway.model_chunk", "laneway.post_chunk"}
@@ -118,6 +125,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
             "tasks.scaling",
             "tasks.inbox",
             "tasks.naive",
+            "tasks.interactive",
         ],
     )
     celery.conf.update(celery_config(settings or get_settings()))
@@ -161,8 +169,11 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
             device = check_lane("gpu", settings)
         except LaneError as exc:
             raise SystemExit(f"laneway: {exc}") from None
-    elif "cpu" in queues:
+    elif "cpu" in queues or "interactive.cpu" in queues:
         device = "cpu" if settings.device == "auto" else settings.device
+    if {"cpu", "gpu"} & set(queues) and settings.batch_nice:
+        # Batch workers yield the CPU to interactive ones; the pool inherits the niceness.
+        os.nice(settings.batch_nice)
     _worker.update(instance=new_instance_id(sender), hostname=sender, queues=queues, device=device)
 
 

@@ -32,8 +32,9 @@ from db.models import FINISHED_CHUNK_STATES, OPEN_CHUNK_STATES, Chunk, Job
 from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import session_scope
 from inference.batching import Interrupted, interruptible
-from inference.pipeline import Staged
+from inference.pipeline import Staged, StageTimes
 from laneway import metrics
+from laneway.cache import ResultCache, cached_compute
 from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
@@ -285,6 +286,32 @@ def _runner(work: Work) -> Callable[[Sequence[str]], list[dict[str, Any]]]:
     return run
 
 
+_caches: dict[int, ResultCache] = {}
+
+
+def _chunk_cache() -> ResultCache:
+    """The result cache shared with the interactive path (laneway/cache.py)."""
+    settings = get_settings()
+    if id(settings) not in _caches:
+        _caches[id(settings)] = ResultCache(redis_client(settings), settings)
+    return _caches[id(settings)]
+
+
+def _cached_run(work: Work) -> tuple[list[dict[str, Any]], StageTimes]:
+    """All three stages over the chunk's texts that the result cache lacks (identical
+    texts once), storing what it computed."""
+    pipeline, check = get_pipeline(), model_stage_check(get_settings())
+    times = StageTimes()
+
+    def compute(texts: Sequence[str]) -> list[dict[str, Any]]:
+        nonlocal times
+        outputs, times = pipeline.run(texts, work.tasks, work.labels, before_model=check)
+        return outputs
+
+    outputs, _ = cached_compute(_chunk_cache(), work.tasks, work.labels, work.texts, compute)
+    return outputs, times
+
+
 @shared_task(name="laneway.run_chunk", bind=True, base=LanewayTask)
 def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     """All three stages in one task (the cpu lane)."""
@@ -296,9 +323,7 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         with interruptible(CancelWatch(work.job_id)):
-            outputs, times = get_pipeline().run(
-                work.texts, work.tasks, work.labels, before_model=model_stage_check(settings)
-            )
+            outputs, times = _cached_run(work)
     except Exception as exc:
         return _on_failure(self, work, exc, _runner(work), started, device=device)
     return _finish(
@@ -388,4 +413,6 @@ def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         return _on_failure(self, work, exc, _runner(work), started)
     result = _finish(work, outputs, None, post_seconds=time.perf_counter() - started)
     r.delete(_key(chunk_id, "prepared"), _key(chunk_id, "raw"))
+    # The gpu lane fills the result cache too (its stages are split, so it does not read it).
+    _chunk_cache().put(work.tasks, work.labels, work.texts, outputs)
     return result

@@ -97,11 +97,24 @@ def create_job():  # noqa: ANN201
     except InputError as exc:
         return _bad_request(str(exc))
     except LaneFull as exc:
-        response = error_response(503, "lane_full", str(exc))
-        response.headers["Retry-After"] = str(exc.retry_after)
-        return response
+        return lane_full(exc)
+    return job_created(job)
+
+
+def lane_full(exc: LaneFull) -> Response:
+    """503 with Retry-After: the lane and its waiting room are full; nothing was stored."""
+    response = error_response(503, "lane_full", str(exc))
+    response.headers["Retry-After"] = str(exc.retry_after)
+    return response
+
+
+def job_created(job: Job) -> Response:
+    """202, the stored job's id, status, lane and links, and its URL in Location."""
     body = {"id": str(job.id), "status": job.status, "lane": job.lane, "links": _links(job.id)}
-    return jsonify(body), 202, {"Location": url_for("api.get_job", job_id=job.id)}
+    response = jsonify(body)
+    response.status_code = 202
+    response.headers["Location"] = url_for("api.get_job", job_id=job.id)
+    return response
 
 
 def _links(job_id: uuid.UUID) -> dict[str, str]:

@@ -20,7 +20,7 @@ from db.session import session_factory
 from laneway.settings import Settings
 
 # Blueprints whose callers authenticate with `Authorization: Bearer <key>`.
-BEARER_BLUEPRINTS = ("api", "admin")
+BEARER_BLUEPRINTS = ("api", "admin", "interactive")
 BEARER_HELP = "send your API key as 'Authorization: Bearer <key>'"
 
 

@@ -46,6 +46,12 @@ def test_up_serves_jobs_on_the_embedded_default_and_stops_cleanly(tmp_path):
         done = wait_for(finished, 240, "the job on the embedded fleet", [up])
         assert done["status"] == "succeeded"
         assert done["counts"] == {"succeeded": 600, "failed": 0, "cancelled": 0}
+        # The interactive worker runs too: a small request is answered inline.
+        quick = {"items": [{"id": "q", "text": "where is my parcel?"}]}
+        answer = http.post(f"{url}/v1/classify", json=quick, headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["results"][0]["label"] == "shipping and delivery"
+        assert "started worker-interactive" in up.log.read_text()
         # Rate limits count in the embedded Redis too (over its unix socket).
         limited = http.get(f"{url}/v1/account", headers=headers)
         assert limited.headers["RateLimit-Limit"] == "5000"
@@ -53,7 +59,8 @@ def test_up_serves_jobs_on_the_embedded_default_and_stops_cleanly(tmp_path):
         assert "LANEWAY_GPU_FALLBACK=cpu" in up.log.read_text()
 
         children = psutil.Process(up.proc.pid).children(recursive=True)
-        assert len(children) >= 5  # web, two workers, beat, redis-server (and their children)
+        # web, three workers (cpu, gpu, interactive), beat, redis-server (and their children)
+        assert len(children) >= 6
         up.proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
         assert up.proc.wait(timeout=90) == 0, up.tail()
         _, alive = psutil.wait_procs(children, timeout=10)

@@ -27,7 +27,11 @@ def test_every_endpoint_answers_404_for_another_accounts_ids(app, client, accoun
     store_results(
         job_id, [{"idx": 0, "item_id": "secret-1", "label": "x", "output": {}, "error": None}]
     )
-    owner_ids = {"job_id": job_id}
+    # An asynchronous interactive request (no worker runs here: it stays PENDING).
+    task_id = client.post(
+        "/v1/inference", json={"task": "embed", "items": ITEMS}, headers=auth(owner_key)
+    ).json["task_id"]
+    owner_ids = {"job_id": job_id, "task_id": task_id}
 
     walked = []
     for rule in app.url_map.iter_rules():
@@ -47,6 +51,7 @@ def test_every_endpoint_answers_404_for_another_accounts_ids(app, client, accoun
     # The walk reached the job endpoints (a route renamed away would make it vacuous).
     assert ("GET", "/v1/jobs/<job_id>") in walked
     assert ("GET", "/v1/jobs/<job_id>/results") in walked
+    assert ("GET", "/v1/result/<task_id>") in walked
     # Variants: the CSV download, and a HEAD.
     csv_path = f"/v1/jobs/{job_id}/results?format=csv"
     assert client.get(csv_path, headers=auth(intruder_key)).status_code == 404

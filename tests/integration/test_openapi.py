@@ -58,6 +58,9 @@ def _fuzz_app():
         for type_, limit in base.account_limits.items()
     }
     changes = {"account_limits": limits, "anonymous_rate_limit": "100000/minute"}
+    # No interactive worker runs here: sync requests become jobs at once, not after 2 s.
+    changes["sync_timeout"] = 0.0
+    changes["sync_max_wait"] = 0.0
     return create_app(dataclasses.replace(base, **changes))
 
 

@@ -27,9 +27,7 @@ K8S = ROOT / "deploy" / "k8s"
 COMPOSE = DOCKER / "compose.yaml"
 COMPOSE_GPU = DOCKER / "compose.gpu.yaml"
 # Commands other branches add; until they are merged here the check skips them, by name.
-ADDED_ELSEWHERE = {
-    ("worker", "interactive"): "`laneway worker interactive` comes with the interactive lane",
-}
+ADDED_ELSEWHERE: dict[tuple[str, ...], str] = {}
 
 
 # --- docker compose ----------------------------------------------------------------------

@@ -128,3 +128,20 @@ def test_until_stopped_restarts_a_crash_but_not_a_clean_exit(tmp_path):
         assert not fleet.children["gpu0"].running and fleet.finished()
     finally:
         fleet.stop()
+
+
+def test_the_fleet_runs_an_interactive_worker_beside_the_batch_workers():
+    from laneway.processes import worker_env, worker_fleet
+    from laneway.settings import Settings
+
+    settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu", "LANEWAY_GPU_DEVICES": "0"})
+    fleet = worker_fleet(settings)
+    child = fleet.children["worker-interactive"]
+    assert child.policy == "always" and child.node.startswith("interactive@")
+    argv = " ".join(child.argv)
+    assert "-Q interactive.cpu" in argv and "-P threads" in argv
+    assert " cpu," not in argv and "-Q cpu" not in argv  # it never takes batch chunks
+    assert "-Q cpu,maintenance" in " ".join(fleet.children["worker-cpu"].argv)
+    # Idle OpenMP threads sleep instead of spinning on a shared CPU.
+    assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert child.env["OMP_WAIT_POLICY"] == "PASSIVE"

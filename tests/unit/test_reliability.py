@@ -32,7 +32,19 @@ def test_maintenance_tasks_never_wait_behind_chunks():
         assert routes[name] == {"queue": "maintenance"}
 
 
-@pytest.mark.parametrize("name", LANEWAY_TASKS)
+# Interactive requests are acknowledged on receipt and never retried: a request whose
+# worker died is the web app's to store as a job at its timeout (a redelivery would compute
+# what nobody waits for any more).
+ACKED_ON_RECEIPT = {"laneway.interactive"}
+
+
+def test_interactive_requests_are_acknowledged_on_receipt():
+    task = app.tasks["laneway.interactive"]
+    assert not task.acks_late and task.ignore_result
+    assert not getattr(task, "autoretry_for", ())
+
+
+@pytest.mark.parametrize("name", sorted(set(LANEWAY_TASKS) - ACKED_ON_RECEIPT))
 def test_tasks_ack_late_requeue_on_worker_loss_and_retry_transient_errors(name):
     task = app.tasks[name]
     assert task.acks_late and task.reject_on_worker_lost

@@ -226,6 +226,46 @@ def test_an_inbox_that_is_a_file_is_refused(tmp_path):
         Settings.from_env({"LANEWAY_INBOX_DIR": str(tmp_path / "file")})
 
 
+def test_interactive_settings_and_their_defaults():
+    s = Settings.from_env({})
+    assert (s.sync_max_items, s.sync_timeout, s.batch_max, s.batch_wait_ms) == (32, 2.0, 64, 50.0)
+    assert (s.cache_ttl, s.batch_nice, s.interactive_queue) == (300, 10, "interactive.cpu")
+    s = Settings.from_env(
+        {
+            "LANEWAY_SYNC_MAX_ITEMS": "8",
+            "LANEWAY_SYNC_TIMEOUT": "0.5",
+            "LANEWAY_CACHE_TTL": "0",
+            "LANEWAY_INTERACTIVE_LANE": "gpu",
+            "LANEWAY_TORCH_THREADS": "2",
+        }
+    )
+    assert (s.sync_max_items, s.sync_timeout, s.cache_ttl) == (8, 0.5, 0)
+    assert s.interactive_queue == "interactive.gpu"
+    # Batch workers take one torch thread fewer, never none.
+    assert (s.torch_threads_for(batch=True), s.torch_threads_for(batch=False)) == (1, 2)
+    assert Settings.from_env({"LANEWAY_TORCH_THREADS": "1"}).torch_threads_for(batch=True) == 1
+
+
+@pytest.mark.parametrize(
+    "var,value",
+    [
+        ("LANEWAY_SYNC_MAX_ITEMS", "0"),
+        ("LANEWAY_SYNC_TIMEOUT", "soon"),
+        ("LANEWAY_SYNC_TIMEOUT", "-1"),
+        ("LANEWAY_BATCH_MAX", "0"),
+        ("LANEWAY_BATCH_WAIT_MS", "x"),
+        ("LANEWAY_CACHE_TTL", "-1"),
+        ("LANEWAY_BATCH_NICE", "20"),
+        ("LANEWAY_BATCH_NICE", "-1"),
+        ("LANEWAY_INTERACTIVE_LANE", "tpu"),
+        ("LANEWAY_WEB_THREADS", "0"),
+    ],
+)
+def test_malformed_interactive_settings_name_the_variable(var, value):
+    with pytest.raises(SettingsError, match=var):
+        Settings.from_env({var: value})
+
+
 def test_monitoring_settings_and_their_defaults():
     s = Settings.from_env({})
     assert (s.metrics, s.flower_port, s.flower_max_tasks, s.flower_url) == (True, 5555, 10000, "")

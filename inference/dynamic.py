@@ -1,0 +1,169 @@
+"""Dynamic batching of single requests: wait-or-full, with a wait that adapts to traffic.
+
+A batch goes when it holds `max_items` items, or when its oldest request has waited
+`max_wait` seconds, whichever comes first. Holding a request only pays when others are
+about to arrive, so the wait adapts to the arrival rate: an EWMA of the gaps between
+arrivals predicts the next one. When that gap is as long as `max_wait` (a quiet system),
+a lone request goes at once, and so does a lone request while arrivals are not dense
+(under an eighth of `max_wait` apart: a sequential caller's next request only comes after
+this answer, so holding it gains nothing); when the burst that filled the batch has
+stopped (nothing arrived for twice the expected gap), the batch goes without waiting out
+`max_wait`.
+While the model runs a batch, new requests queue up, so under load batches fill by
+themselves.
+
+`BatchPolicy` and `DynamicBatcher.take` are pure (a clock is passed in), so the rules are
+tested with a fake clock; `DynamicBatcher.start` runs them in a thread. Each request has
+its own Future: it gets its own result or its own exception, and a batch that raises fails
+every request in it, so none is left waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+# A lone request is held only when arrivals are this many times denser than max_wait (at
+# least this many more expected within it); two or more waiting requests show concurrency.
+LONE_HOLD_FACTOR = 8
+
+
+@dataclass
+class BatchPolicy:
+    """When a batch should go, from the items waiting and the recent arrival gaps."""
+
+    max_items: int = 64
+    max_wait: float = 0.050
+    alpha: float = 0.2  # weight of the newest gap in the EWMA
+    gap: float = float("inf")  # expected seconds between two arrivals
+    last_arrival: float | None = None
+
+    def arrived(self, now: float) -> None:
+        if self.last_arrival is not None:
+            seen = min(now - self.last_arrival, 10 * self.max_wait)
+            self.gap = (
+                seen
+                if self.gap == float("inf")
+                else (self.alpha * seen + (1 - self.alpha) * self.gap)
+            )
+        self.last_arrival = now
+
+    def wait(self, now: float, items: int, oldest: float, requests: int = 2) -> float:
+        """Seconds to hold the batch before it goes: 0 means now."""
+        if items <= 0:
+            return float("inf")
+        if items >= self.max_items or self.gap >= self.max_wait:
+            return 0.0
+        if requests < 2 and self.gap * LONE_HOLD_FACTOR >= self.max_wait:
+            # One request waiting and arrivals not dense: a sequential caller (whose next
+            # request comes only after this answer) would gain nothing from a hold.
+            return 0.0
+        deadline = oldest + self.max_wait
+        assert self.last_arrival is not None
+        lull = self.last_arrival + 2 * self.gap  # the burst is over: nothing more is coming
+        return max(0.0, min(deadline, lull) - now)
+
+
+@dataclass
+class Pending:
+    payload: Any
+    size: int
+    arrived: float
+    future: Future = field(default_factory=Future)
+
+
+class DynamicBatcher:
+    """Collects requests and hands them to `run_batch(payloads) -> results` in batches.
+
+    `run_batch` returns one result per payload, in order; a result that is an exception
+    fails only its own request.
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[Sequence[Any]], Sequence[Any]],
+        max_items: int = 64,
+        max_wait: float = 0.050,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.run_batch = run_batch
+        self.policy = BatchPolicy(max_items, max_wait)
+        self.clock = clock
+        self.pending: list[Pending] = []
+        self.cond = threading.Condition()
+        self.batches = 0
+        self._thread: threading.Thread | None = None
+        self._stop = False
+
+    def submit(self, payload: Any, size: int = 1) -> Future:
+        with self.cond:
+            now = self.clock()
+            self.policy.arrived(now)
+            request = Pending(payload, max(1, size), now)
+            self.pending.append(request)
+            self.cond.notify()
+        return request.future
+
+    def take(self, now: float) -> tuple[list[Pending], float]:
+        """The batch due now (whole requests, up to max_items items; one larger request
+        goes alone), or nothing and the seconds to wait. Call with the lock held."""
+        items = sum(p.size for p in self.pending)
+        oldest = self.pending[0].arrived if self.pending else now
+        wait = self.policy.wait(now, items, oldest, len(self.pending))
+        if wait > 0:
+            return [], wait
+        batch, total = [], 0
+        while self.pending and (not batch or total + self.pending[0].size <= self.policy.max_items):
+            request = self.pending.pop(0)
+            batch.append(request)
+            total += request.size
+        return batch, 0.0
+
+    def run(self, batch: Sequence[Pending]) -> None:
+        """Run one batch; every request's future is settled, whatever happens."""
+        self.batches += 1
+        try:
+            results = list(self.run_batch([p.payload for p in batch]))
+            if len(results) != len(batch):
+                raise RuntimeError(f"the batch gave {len(results)} results for {len(batch)}")
+        except BaseException as exc:  # noqa: BLE001 - no request may be left waiting
+            log.warning("a batch of %s requests failed: %s", len(batch), exc)
+            results = [exc] * len(batch)
+        for request, result in zip(batch, results, strict=True):
+            if isinstance(result, BaseException):
+                request.future.set_exception(result)
+            else:
+                request.future.set_result(result)
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while True:
+                    if self._stop:
+                        return
+                    batch, wait = self.take(self.clock())
+                    if batch:
+                        break
+                    self.cond.wait(None if wait == float("inf") else wait)
+            self.run(batch)
+
+    def start(self) -> DynamicBatcher:
+        self._thread = threading.Thread(target=self._loop, name="laneway-batcher", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self.cond:
+            self._stop = True
+            self.cond.notify()
+            left, self.pending = self.pending, []
+        for request in left:
+            request.future.set_exception(RuntimeError("the batcher stopped"))
+        if self._thread is not None:
+            self._thread.join(5)

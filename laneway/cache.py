@@ -1,0 +1,141 @@
+"""The result cache: identical inputs are computed once.
+
+A task's output for a text is kept in Redis under a hash of (model, task, parameters,
+text) for LANEWAY_CACHE_TTL seconds (0: no cache). The model part names the registry entry
+and what shapes its output (path, max length); the parameters are the labels for zero-shot
+classify and the anchors for zero-shot score. Interactive batches and batch chunks share
+it, and identical texts inside one batch are computed once whether the cache is on or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from laneway.settings import Settings
+
+log = logging.getLogger(__name__)
+PREFIX = "laneway:cache:"
+# The fields of the output each task writes (they never collide between tasks).
+TASK_FIELDS = {
+    "classify": ("label", "score", "scores"),
+    "score": ("rating",),
+    "extract": ("entities",),
+    "embed": ("embedding",),
+}
+
+
+def task_identity(settings: Settings, task: str, labels: Sequence[str]) -> str:
+    """What, besides the text, decides a task's output: the model and the parameters."""
+    spec = settings.model_for(task)
+    model = None if spec is None else [spec.name, spec.kind, spec.path, spec.max_length]
+    params: dict[str, Any] = {"max_length": settings.max_length}
+    if task == "classify":
+        params["labels"] = list(labels)
+    elif task == "score":
+        params["anchors"] = list(settings.score_anchors)
+    return json.dumps([model, task, params], separators=(",", ":"))
+
+
+def cache_key(identity: str, text: str) -> str:
+    digest = hashlib.sha256(identity.encode())
+    digest.update(b"\x00")
+    digest.update(text.encode("utf-8", "surrogatepass"))
+    return PREFIX + digest.hexdigest()
+
+
+def unique(texts: Sequence[str]) -> tuple[list[str], list[int]]:
+    """The distinct texts in first-seen order, and for each text its place among them."""
+    places: dict[str, int] = {}
+    index = [places.setdefault(t, len(places)) for t in texts]
+    return list(places), index
+
+
+class ResultCache:
+    """Per task, outputs by text in Redis; a Redis error is a miss, never a failure."""
+
+    def __init__(self, r: redis.Redis | None, settings: Settings) -> None:
+        self.redis = r if settings.cache_ttl > 0 else None
+        self.ttl = settings.cache_ttl
+        self.settings = settings
+
+    @property
+    def enabled(self) -> bool:
+        return self.redis is not None
+
+    def _keys(self, tasks: Sequence[str], labels: Sequence[str], texts: Sequence[str]):
+        ids = {t: task_identity(self.settings, t, labels) for t in tasks}
+        return [[cache_key(ids[t], text) for t in tasks] for text in texts]
+
+    def get(
+        self, tasks: Sequence[str], labels: Sequence[str], texts: Sequence[str]
+    ) -> list[dict[str, Any] | None]:
+        """Per text, its whole output when every task's part is cached, else None."""
+        if self.redis is None or not texts:
+            return [None] * len(texts)
+        keys = self._keys(tasks, labels, texts)
+        try:
+            found = self.redis.mget([k for row in keys for k in row])
+        except redis.RedisError as exc:
+            log.warning("result cache unavailable: %s", type(exc).__name__)
+            return [None] * len(texts)
+        outputs: list[dict[str, Any] | None] = []
+        per = len(tasks)
+        for n in range(len(texts)):
+            parts = found[n * per : (n + 1) * per]
+            if any(p is None for p in parts):
+                outputs.append(None)
+                continue
+            merged: dict[str, Any] = {}
+            for part in parts:
+                merged.update(json.loads(part))
+            outputs.append(merged)
+        return outputs
+
+    def put(
+        self,
+        tasks: Sequence[str],
+        labels: Sequence[str],
+        texts: Sequence[str],
+        outputs: Sequence[dict[str, Any] | None],
+    ) -> None:
+        if self.redis is None or not texts:
+            return
+        keys = self._keys(tasks, labels, texts)
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for row, out in zip(keys, outputs, strict=True):
+                if not isinstance(out, dict):  # a failure is never cached
+                    continue
+                for task, key in zip(tasks, row, strict=True):
+                    part = {f: out[f] for f in TASK_FIELDS[task] if f in out}
+                    pipe.set(key, json.dumps(part, separators=(",", ":")), ex=self.ttl)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("result cache unavailable: %s", type(exc).__name__)
+
+
+def cached_compute(
+    cache: ResultCache,
+    tasks: Sequence[str],
+    labels: Sequence[str],
+    texts: Sequence[str],
+    compute: Callable[[Sequence[str]], Sequence[Any]],
+) -> tuple[list[Any], int]:
+    """Outputs for `texts`: cached ones from Redis, the rest from `compute` over the
+    distinct missing texts (each once), stored back (an output that is not a dict, a
+    failure, is passed through uncached). Also returns how many texts were computed."""
+    distinct, index = unique(texts)
+    outputs = cache.get(tasks, labels, distinct)
+    missing = [n for n, out in enumerate(outputs) if out is None]
+    if missing:
+        computed = list(compute([distinct[n] for n in missing]))
+        for n, out in zip(missing, computed, strict=True):
+            outputs[n] = out
+        cache.put(tasks, labels, [distinct[n] for n in missing], computed)
+    return [outputs[i] for i in index], len(missing)

@@ -1,0 +1,146 @@
+"""The dynamic batcher's rules, with a fake clock: full, oldest too old, quiet, lull; and
+every request settled with its own result or error."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from inference.dynamic import BatchPolicy, DynamicBatcher
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def batcher(run=None, max_items=4, max_wait=0.050):
+    clock = Clock()
+    run = run or (lambda xs: [x * 10 for x in xs])
+    return DynamicBatcher(run, max_items, max_wait, clock), clock
+
+
+def test_a_lone_request_on_a_quiet_system_is_not_held():
+    b, clock = batcher()
+    b.submit(1)
+    batch, wait = b.take(clock())
+    assert [p.payload for p in batch] == [1] and wait == 0
+    clock.now += 5.0  # quiet for seconds: the next lone request goes at once too
+    b.submit(2)
+    assert [p.payload for p in b.take(clock())[0]] == [2]
+
+
+def test_under_load_a_batch_waits_for_more_until_full():
+    b, clock = batcher(max_items=4)
+    for n in range(3):  # a burst: 2 ms apart
+        b.submit(n)
+        clock.now += 0.002
+    # More are expected within a few ms: the batch waits (a lull of twice the gap).
+    assert b.take(clock()) == ([], pytest.approx(0.002, abs=1e-3))
+    b.submit(3)
+    b.submit(4)
+    batch, wait = b.take(clock())
+    # Full at four items: the batch goes with whole requests, in arrival order.
+    assert [p.payload for p in batch] == [0, 1, 2, 3] and wait == 0
+    assert [p.payload for p in b.pending] == [4]
+
+
+def test_the_oldest_request_never_waits_past_max_wait():
+    policy = BatchPolicy(max_items=64, max_wait=0.050)
+    t = 0.0
+    for _ in range(20):  # steady arrivals 1 ms apart: the EWMA gap is ~1 ms
+        policy.arrived(t)
+        t += 0.001
+    # One arrival just now, the oldest waiting since 49 ms: at most 1 ms more.
+    policy.arrived(t)
+    assert policy.wait(t, 10, oldest=t - 0.049) == pytest.approx(0.001, abs=1e-9)
+    assert policy.wait(t, 10, oldest=t - 0.060) == 0.0
+
+
+def test_the_wait_adapts_to_the_arrival_rate():
+    fast, slow = BatchPolicy(64, 0.050), BatchPolicy(64, 0.050)
+    for n in range(30):
+        fast.arrived(n * 0.001)
+        slow.arrived(n * 0.020)
+    # Expected next arrival: ~1 ms and ~20 ms; the batch waits for a lull of twice that.
+    assert fast.wait(0.029, 5, oldest=0.020) == pytest.approx(0.002, abs=2e-4)
+    assert slow.wait(0.580, 5, oldest=0.575) == pytest.approx(0.040, abs=1e-3)
+    # ... but never past the oldest request's max_wait.
+    assert slow.wait(0.580, 5, oldest=0.560) == pytest.approx(0.030, abs=1e-3)
+    # The arrivals stopped: the lull has come, the batch goes without waiting out T.
+    assert fast.wait(0.040, 5, oldest=0.020) == 0.0
+    # Arrivals slower than T apart: no point in holding anything.
+    quiet = BatchPolicy(64, 0.050)
+    for n in range(5):
+        quiet.arrived(n * 0.200)
+    assert quiet.wait(0.800, 1, oldest=0.800) == 0.0
+
+
+def test_a_sequential_callers_lone_request_is_not_held():
+    # One caller, request after answer, ~20 ms apart: under T, yet holding gains nothing.
+    policy = BatchPolicy(64, 0.050)
+    for n in range(30):
+        policy.arrived(n * 0.020)
+    assert policy.wait(0.580, 1, oldest=0.580, requests=1) == 0.0
+    # The same gap with two requests waiting: concurrency, so the batch waits for more.
+    assert policy.wait(0.580, 2, oldest=0.575, requests=2) > 0
+    # Dense arrivals (2 ms apart): even a lone request is held for the next ones.
+    dense = BatchPolicy(64, 0.050)
+    for n in range(30):
+        dense.arrived(n * 0.002)
+    assert dense.wait(0.058, 1, oldest=0.058, requests=1) == pytest.approx(0.004, abs=5e-4)
+
+
+def test_a_request_larger_than_the_batch_goes_alone_and_sizes_count_items():
+    b, clock = batcher(max_items=4)
+    b.submit("big", size=9)
+    b.submit("small", size=1)
+    assert [p.payload for p in b.take(clock())[0]] == ["big"]
+    b.submit("three", size=3)
+    b.submit("two", size=2)
+    clock.now += 1.0  # past max_wait
+    assert [p.payload for p in b.take(clock())[0]] == ["small", "three"]
+
+
+def test_each_request_gets_its_own_result_or_its_own_error():
+    def run(xs):
+        return [ValueError(f"bad {x}") if x < 0 else x + 1 for x in xs]
+
+    b, clock = batcher(run)
+    futures = [b.submit(x) for x in (1, -1, 2)]
+    b.run([p for p in b.pending])
+    assert futures[0].result() == 2 and futures[2].result() == 3
+    with pytest.raises(ValueError, match="bad -1"):
+        futures[1].result()
+
+
+@pytest.mark.parametrize("run", [lambda xs: 1 / 0, lambda xs: [1]])
+def test_a_failing_batch_fails_every_request_and_hangs_none(run):
+    b, _ = batcher(run)
+    futures = [b.submit(x) for x in range(3)]
+    b.run(list(b.pending))
+    for future in futures:
+        assert future.exception(timeout=0) is not None
+
+
+def test_the_thread_answers_concurrent_callers_in_batches():
+    b = DynamicBatcher(lambda xs: [x * 2 for x in xs], max_items=8, max_wait=0.02).start()
+    try:
+        results: dict[int, int] = {}
+
+        def call(n: int) -> None:
+            results[n] = b.submit(n).result(timeout=10)
+
+        threads = [threading.Thread(target=call, args=(n,)) for n in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert results == {n: 2 * n for n in range(40)}
+        assert b.batches < 40  # some requests shared a batch
+    finally:
+        b.stop()
