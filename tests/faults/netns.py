@@ -5,6 +5,7 @@ what a killed run left behind is removed by the next)."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import random
@@ -44,19 +45,36 @@ class Host:
         connection is told (nothing is reset)."""
         _ip("link", "set", self.veth, "down")
 
+    def restore(self) -> None:
+        """Plug the cable back in: the connections that were cut carry on where they were."""
+        _ip("link", "set", self.veth, "up")
 
+
+@functools.cache
 def unavailable() -> str | None:
-    """Why this machine cannot make hosts, or None when it can."""
+    """Why this machine cannot make hosts, or None when it can. It tries every piece the
+    test uses, on a throwaway host: a namespace, a veth pair with one end moved into it and
+    addresses on both, and a process run there under its own hostname (`ip netns exec`,
+    `unshare --uts`, `hostname`). Asked once per run, by the test's fixture, not on import."""
     if os.geteuid() != 0:
         return "needs root to create network namespaces (ip netns)"
-    missing = [tool for tool in ("ip", "unshare") if shutil.which(tool) is None]
+    missing = [tool for tool in ("ip", "unshare", "hostname", "sh") if shutil.which(tool) is None]
     if missing:
-        return f"needs {' and '.join(missing)} (iproute2, util-linux)"
-    probe = f"{PREFIX}probe-{os.getpid()}"
-    made = _ip("netns", "add", probe, check=False)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    _ip("netns", "del", probe, check=False)
+        return f"needs {', '.join(missing)} (iproute2, util-linux, hostname)"
+    try:
+        with hosts(1) as (host,):
+            ran = subprocess.run(
+                host.argv(["hostname"]), capture_output=True, text=True, timeout=30
+            )
+            host.cut()
+            host.restore()
+    except subprocess.CalledProcessError as exc:
+        return f"cannot make a host: `{' '.join(exc.cmd)}` says {exc.stderr.strip()!r}"
+    except subprocess.TimeoutExpired as exc:
+        return f"cannot run a process on a host: `{' '.join(exc.cmd)}` did not end in 30 s"
+    if ran.returncode != 0 or ran.stdout.strip() != host.hostname:
+        said = (ran.stderr or ran.stdout).strip()
+        return f"cannot run a process on a host under its own hostname: {said!r}"
     return None
 
 

@@ -10,15 +10,17 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import click
+import httpx
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from laneway.cli import cli
-from laneway.processes import gpu_worker, worker_argv
+from laneway.processes import gpu_worker, interactive_worker, worker_argv, worker_queues
 from laneway.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,28 +98,49 @@ def test_compose_is_accepted_and_complete(compose):
     for name in LANEWAY_SERVICES:
         env = services[name]["environment"]
         assert {k: env.get(k) for k in shared} == shared, name
-    assert shared["LANEWAY_GPU_IDLE_TIMEOUT"] == "0"
+    assert shared["LANEWAY_GPU_SCALE_DOWN"] == "external"
     # A warm shutdown may take a chunk's whole time limit.
     assert services["worker-cpu"]["stop_grace_period"] == "11m0s"
 
 
-def test_compose_health_checks_ping_the_workers_by_their_names(compose):
+# Services whose image brings its own check: Postgres's and Redis's.
+CHECKED_BY_THEIR_IMAGE = {"postgres": ["pg_isready"], "redis": ["redis-cli", "ping"]}
+
+
+def test_compose_health_checks_are_real_probes(compose):
     services = compose(COMPOSE)["services"]
-    settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu"})  # as compose runs it
-    workers = {
-        "worker-cpu": worker_argv("cpu", settings),
-        "worker-gpu": gpu_worker(settings, "0")[1],  # device 0 is on every gpu host
-        "worker-interactive": worker_argv("interactive", settings),
+    for name, service in services.items():
+        check = service["healthcheck"]
+        if check.get("disable"):
+            assert name == "migrate", f"{name} has no health check"
+            continue
+        kind, *argv = check["test"]
+        # A command of its own, not a shell line: a shell that looks for a process by its
+        # name (grep, pgrep) finds its own command line, and `true` checks nothing.
+        assert kind == "CMD", f"{name}: {check['test']}"
+        if name in CHECKED_BY_THEIR_IMAGE:
+            assert argv[: len(CHECKED_BY_THEIR_IMAGE[name])] == CHECKED_BY_THEIR_IMAGE[name]
+        else:
+            assert_probes(f"compose {name}", argv, tuple(service["command"]))
+
+
+def test_compose_publishes_only_web_beyond_this_machine(compose):
+    services = compose(COMPOSE)["services"]
+    published = {
+        (name, port["target"]): port.get("host_ip", "")
+        for name, service in services.items()
+        for port in service.get("ports", [])
     }
-    for service, argv in workers.items():
-        # `$$` is compose's escape: the shell in the container sees $HOSTNAME.
-        node = argv[argv.index("-n") + 1].replace("%h", "$$HOSTNAME")
-        assert f"ping -d {node} " in services[service]["healthcheck"]["test"][1], service
+    assert published[("web", 8000)] in ("", "0.0.0.0")  # the app: every call needs a key
+    # Flower asks no password unless FLOWER_BASIC_AUTH is set: loopback only.
+    assert published[("flower", 5555)] == "127.0.0.1"
+    others = {k: ip for k, ip in published.items() if k != ("web", 8000)}
+    assert all(ip == "127.0.0.1" for ip in others.values()), others
 
 
 def test_compose_gpu_override_reserves_gpus_on_the_cuda_image(compose):
     gpu = compose(COMPOSE, COMPOSE_GPU)["services"]["worker-gpu"]
-    assert gpu["image"] == "laneway:cuda"
+    assert gpu["image"] == "laneway-cuda:latest"
     assert "cu1" in gpu["build"]["args"]["TORCH_INDEX"]
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
@@ -177,6 +200,59 @@ def resolve(argv: tuple[str, ...]) -> tuple[click.Command, list[str], list[str]]
     return command, path, rest
 
 
+def web_routes() -> set[str]:
+    from webapp.ops import openapi_document
+
+    return set(openapi_document()["paths"])
+
+
+def flower_routes() -> set[str]:
+    from flower.urls import handlers
+
+    # Routes are (pattern, handler) tuples or tornado URLSpecs; the paths checked are plain.
+    return {h[0] if isinstance(h, tuple) else h.regex.pattern.rstrip("$") for h in handlers}
+
+
+def listens_on(command: tuple[str, ...]) -> int:
+    """The port `laneway web|flower ...` listens on."""
+    cli_command, path, rest = resolve(command)
+    port = cli_command.make_context(path[0], list(rest)).params["port"]
+    defaults = Settings.from_env({})
+    return port or (defaults.web_port if path == ["web"] else defaults.flower_port)
+
+
+def assert_probes(where: str, argv: list[str], command: tuple[str, ...]) -> None:
+    """`argv`, a health check's or a probe's command, is a `laneway probe` the CLI parses,
+    and it checks the process that `command` (after `laneway`) starts: a worker by its node
+    name, web or Flower by a route they serve on the port they listen on, beat by its
+    heartbeat."""
+    assert argv[:2] == ["laneway", "probe"], f"{where}: {argv} is no laneway probe"
+    probe, path, rest = resolve(tuple(argv[1:]))
+    params = probe.make_context(" ".join(path), list(rest)).params
+    kind = path[1]
+    if kind == "worker":
+        worker, _, worker_args = resolve(command)
+        assert command[0] == "worker", f"{where}: a worker probe on `laneway {command}`"
+        given = worker.make_context("worker", list(worker_args)).params
+        settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu"})
+        if given["lane"] == "gpu":  # one process per device; device 0 is on every gpu host
+            started = gpu_worker(settings, given["device"] or "0")[1]
+        elif given["lane"] == "interactive":
+            lane, device = given["interactive_lane"], given["device"] or "0"
+            started = interactive_worker(settings, lane, device, given["name"])[1]
+        else:
+            started = worker_argv(given["lane"], settings, name=given["name"])
+        node = started[started.index("-n") + 1]
+        assert f"{params['name']}@%h" == node, f"{where}: probes {params['name']}, runs {node}"
+    elif kind == "http":
+        url = httpx.URL(params["url"])
+        assert command[0] in ("web", "flower") and url.port == listens_on(command), where
+        routes = web_routes() if command[0] == "web" else flower_routes()
+        assert url.path in routes, f"{where}: {command[0]} serves no {url.path}"
+    else:
+        assert kind == "beat" and command == ("beat",), f"{where}: {argv} on {command}"
+
+
 @pytest.mark.parametrize(
     "where,argv", deployed_commands(), ids=lambda v: " ".join(v) if isinstance(v, tuple) else v
 )
@@ -219,24 +295,84 @@ def test_the_image_installs_with_the_makefiles_targets():
             )
             if words[0] == "make":
                 made += [w for w in words[1:] if "=" not in w and not w.startswith("-")]
-    assert made == ["torch", "install"]
+    assert made == ["torch", "install-runtime"]
     assert set(made) <= targets
 
 
-def test_torch_index_picks_the_build(tmp_path):
+def make_dry_run(*args: str) -> str:
     if shutil.which("make") is None:
         pytest.skip("no make")
+    return subprocess.run(
+        ["make", "-n", "-B", *args], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
+
+
+def test_the_image_installs_no_developer_tools(tmp_path):
+    venv = f"VENV={tmp_path}/venv"
+    runtime = [line for line in make_dry_run("install-runtime", venv).splitlines() if "-e " in line]
+    assert runtime and all("[dev]" not in line for line in runtime), runtime
+    # Developers still get their tools from `make install` (and `make test`, through it).
+    assert "-e '.[dev]'" in make_dry_run("install", venv)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    tools = {re.split(r"[<>=\[ ]", d)[0] for d in project["optional-dependencies"]["dev"]}
+    needed = {re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]}
+    assert tools and not tools & needed, tools & needed
+
+
+def test_torch_index_picks_the_build(tmp_path):
     index = "https://download.pytorch.org/whl/cu128"
-    shown = subprocess.run(
-        ["make", "-n", "-B", "torch", f"TORCH_INDEX={index}", f"VENV={tmp_path}/venv"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
-    ).stdout  # fmt: skip
+    venv = f"VENV={tmp_path}/venv"
+    shown = make_dry_run("torch", f"TORCH_INDEX={index}", venv)
     pinned = re.search(r'"torch==([\d.]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
     assert f"--index-url {index}" in shown and f"torch=={pinned}" in shown
-    assert "--index-url" not in subprocess.run(
-        ["make", "-n", "-B", "torch", f"VENV={tmp_path}/venv"],
-        capture_output=True, text=True, cwd=ROOT, check=True,
-    ).stdout  # fmt: skip
+    assert "--index-url" not in make_dry_run("torch", venv)
+
+
+def dockerignored(path: str, patterns: list[str]) -> bool:
+    """Whether the build context leaves `path` out, as Docker reads .dockerignore: patterns
+    are anchored at the context's root, `**` spans folders (none included), a folder's
+    match covers what is under it, and a later `!pattern` takes a path back."""
+
+    def regex(pattern: str) -> re.Pattern:
+        out, i = "", 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                out, i = out + "(?:.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                out, i = out + ".*", i + 2
+            else:
+                char = pattern[i]
+                out += {"*": "[^/]*", "?": "[^/]"}.get(char, re.escape(char))
+                i += 1
+        return re.compile(out)
+
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    excluded = False
+    for line in patterns:
+        negate = line.startswith("!")
+        pattern = regex(line.lstrip("!").strip("/"))
+        if any(pattern.fullmatch(prefix) for prefix in prefixes):
+            excluded = not negate
+    return excluded
+
+
+def test_secrets_and_local_state_stay_out_of_the_image_and_git():
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    patterns = [s.strip() for s in lines if s.strip() and not s.startswith("#")]
+    # The build copies the whole repository (COPY . /app): compose's .env beside
+    # compose.yaml holds its secrets.
+    for path in (".env", "docker/.env", "docker/.env.local", ".venv/bin/python", "var/laneway.db",
+                 ".git/HEAD", "tasks/__pycache__/app.cpython-311.pyc"):  # fmt: skip
+        assert dockerignored(path, patterns), f"the image would contain {path}"
+    for path in ("laneway/cli.py", "Makefile", "pyproject.toml", "db/migrations/env.py"):
+        assert not dockerignored(path, patterns), f"the image would lack {path}"
+    if shutil.which("git") and (ROOT / ".git").exists():
+        for path in (".env", "docker/.env"):
+            ignored = subprocess.run(
+                ["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT
+            ).returncode
+            assert ignored == 0, f"git would offer to commit {path}"
 
 
 # --- Kubernetes ---------------------------------------------------------------------------
@@ -254,9 +390,11 @@ def test_k8s_has_what_the_issue_asks():
         service["spec"]["selector"].items() <= web["spec"]["template"]["metadata"]["labels"].items()
     )
 
-    hpa = docs[("HorizontalPodAutoscaler", "laneway-worker-cpu")]
-    assert hpa["spec"]["scaleTargetRef"]["name"] == "laneway-worker-cpu"
-    assert ("Deployment", "laneway-worker-cpu") in docs
+    for workers in ("laneway-worker-cpu", "laneway-worker-interactive"):
+        hpa = docs[("HorizontalPodAutoscaler", workers)]
+        assert hpa["spec"]["scaleTargetRef"]["name"] == workers
+        assert ("Deployment", workers) in docs
+        assert hpa["spec"]["minReplicas"] >= 1  # never zero: see each manifest
 
     gpu = docs[("Deployment", "laneway-worker-gpu")]
     (container,) = containers(gpu)
@@ -273,14 +411,26 @@ def test_k8s_has_what_the_issue_asks():
     assert trigger["metadata"]["valueLocation"] == "gpu.depth"
     port = service["spec"]["ports"][0]["port"]
     assert trigger["metadata"]["url"] == f"http://laneway-web:{port}/lanes"
+    # While /lanes cannot be read, queued gpu chunks still get a pod.
+    assert scaled["fallback"]["failureThreshold"] >= 1 and scaled["fallback"]["replicas"] >= 1
 
     beat = docs[("Deployment", "laneway-beat")]["spec"]
     assert beat["replicas"] == 1 and beat["strategy"]["type"] == "Recreate"
     assert containers(docs[("Job", "laneway-migrate")])[0]["args"] == ["db", "upgrade"]
-    assert ("Deployment", "laneway-flower") in docs and (
-        "Deployment",
-        "laneway-worker-interactive",
-    ) in docs
+    assert ("Deployment", "laneway-flower") in docs
+
+
+def test_autoscaled_deployments_leave_the_count_to_their_autoscaler():
+    docs = by_kind()
+    scaled = {
+        d["spec"]["scaleTargetRef"]["name"]
+        for (kind, _), d in docs.items()
+        if kind in ("HorizontalPodAutoscaler", "ScaledObject")
+    }
+    assert scaled == {"laneway-worker-cpu", "laneway-worker-interactive", "laneway-worker-gpu"}
+    for name in scaled:
+        # A count here would reset the autoscaler's on every `kubectl apply`.
+        assert "replicas" not in docs[("Deployment", name)]["spec"], name
 
 
 def test_k8s_settings_live_in_the_configmap_and_secret():
@@ -288,8 +438,6 @@ def test_k8s_settings_live_in_the_configmap_and_secret():
     config = docs[("ConfigMap", "laneway-settings")]["data"]
     secret = docs[("Secret", "laneway")]["stringData"]
     assert {"LANEWAY_DATABASE_URL", "LANEWAY_REDIS_URL"} <= set(secret)
-    # Every process reads the scale-down setting (beat schedules it, cpu workers run it).
-    assert config["LANEWAY_GPU_IDLE_TIMEOUT"] == "0"
     Settings.from_env(dict(config))  # every value valid
     readme = (ROOT / "README.md").read_text()
     for key in config:
@@ -305,7 +453,131 @@ def test_k8s_settings_live_in_the_configmap_and_secret():
             )
 
 
-def test_kustomization_lists_the_manifests():
-    listed = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
-    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "migrate-job.yaml"}
-    assert set(listed) == on_disk
+def test_routing_prices_the_gpu_lane_as_keda_runs_it():
+    docs = by_kind()
+    settings = Settings.from_env(dict(docs[("ConfigMap", "laneway-settings")]["data"]))
+    keda = docs[("ScaledObject", "laneway-worker-gpu")]["spec"]
+    # KEDA stops idle gpu pods, so beat must not (it would stop workers their Deployment
+    # starts again); routing charges the idle tail KEDA lets them run, on as many pods as
+    # KEDA may start.
+    assert not settings.beat_stops_gpu_workers
+    assert settings.gpu_idle_timeout == keda["cooldownPeriod"] > 0
+    assert len(settings.gpu_devices) == keda["maxReplicaCount"]
+
+
+def pod_spec(doc: dict) -> dict:
+    return doc["spec"]["template"]["spec"]
+
+
+def volume_at(doc: dict, path: str) -> dict:
+    """The volume that holds `path` in the pod's (first) container: the deepest mount."""
+    (container, *_) = containers(doc)
+    mounts = [m for m in container.get("volumeMounts", []) if f"{path}/".startswith(
+        m["mountPath"].rstrip("/") + "/")]  # fmt: skip
+    assert mounts, f"{doc['metadata']['name']}: nothing mounted at {path}"
+    mount = max(mounts, key=lambda m: len(m["mountPath"]))
+    (volume,) = [v for v in pod_spec(doc)["volumes"] if v["name"] == mount["name"]]
+    return volume
+
+
+def test_shared_files_are_on_a_shared_volume_and_metrics_stay_in_the_pod():
+    from tasks.app import celery_config
+
+    docs = by_kind()
+    settings = Settings.from_env(dict(docs[("ConfigMap", "laneway-settings")]["data"]))
+    routes = celery_config(settings)["task_routes"]
+    file_queues = {routes[t]["queue"] for t in ("laneway.scan_inbox", "laneway.write_outbox")}
+    pods = {name: doc for (kind, name), doc in docs.items() if kind in ("Deployment", "Job")}
+    readers = set()
+    for name, doc in pods.items():
+        args = containers(doc)[0]["args"]
+        # Prometheus files are per process and per pod: never on a shared volume.
+        assert "emptyDir" in volume_at(doc, f"{settings.home}/metrics"), name
+        if args[0] == "worker" and file_queues & set(worker_queues(args[1]).split(",")):
+            readers.add(name)
+            for folder in (settings.inbox_dir, settings.outbox_dir):
+                claim = volume_at(doc, str(folder))["persistentVolumeClaim"]["claimName"]
+                assert docs[("PersistentVolumeClaim", claim)]["spec"]["accessModes"] == [
+                    "ReadWriteMany"
+                ], name
+    assert readers == {"laneway-worker-cpu"}
+    # Beat's schedule file outlives its pod: a restart across a crontab's hour still sends it.
+    beat = pods["laneway-beat"]
+    assert "persistentVolumeClaim" in volume_at(beat, f"{settings.home}/celerybeat-schedule")
+
+
+def test_every_long_running_pod_is_probed_for_real():
+    docs = by_kind()
+    for (kind, name), doc in docs.items():
+        if kind != "Deployment":
+            continue
+        (container,) = containers(doc)
+        command = tuple(container["args"])
+        probes = {k: container[k] for k in ("livenessProbe", "readinessProbe") if k in container}
+        assert probes, f"{name} is not probed"
+        for key, probe in probes.items():
+            if "exec" in probe:
+                assert_probes(f"k8s {name} {key}", probe["exec"]["command"], command)
+            else:
+                path = probe["httpGet"]["path"]
+                routes = web_routes() if command[0] == "web" else flower_routes()
+                assert path in routes, f"{name} {key}: {path} is not served"
+        if command[0] != "flower":  # Flower alone is not restarted by a probe
+            assert "livenessProbe" in probes, name
+    web = containers(docs[("Deployment", "laneway-web")])[0]
+    # Liveness asks nothing of the database or Redis: their outage must not restart web.
+    assert web["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert web["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def kustomization() -> dict:
+    return yaml.safe_load((K8S / "kustomization.yaml").read_text())
+
+
+def test_kustomization_lists_the_manifests_and_names_every_image():
+    config = kustomization()
+    on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(config["resources"]) == on_disk
+    named = {image["name"] for image in config["images"]}
+    used = {c["image"].split(":")[0] for d in k8s_documents() for c in containers(d)}
+    assert used == named == {"laneway", "laneway-cuda"}
+
+
+def test_the_settings_and_the_migrations_go_first():
+    first = {
+        (kind, name)
+        for (kind, name), doc in by_kind().items()
+        if doc["metadata"].get("labels", {}).get("rollout") == "first"
+    }
+    # `kubectl apply -k deploy/k8s -l rollout=first` (docs/operations.md) applies these.
+    assert first == {
+        ("ConfigMap", "laneway-settings"),
+        ("Secret", "laneway"),
+        ("Job", "laneway-migrate"),
+    }
+
+
+def test_setting_the_images_rolls_every_pod_and_the_migrations(tmp_path):
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("no kubectl (for `kubectl kustomize`)")
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    # What `kustomize edit set image laneway=... laneway-cuda=...` writes.
+    config = kustomization()
+    config["images"] = [
+        {"name": "laneway", "newName": "registry.example/laneway", "newTag": "1.4.0"},
+        {"name": "laneway-cuda", "newName": "registry.example/laneway-cuda", "newTag": "1.4.0"},
+    ]
+    (copy / "kustomization.yaml").write_text(yaml.safe_dump(config))
+    rendered = subprocess.run(
+        [kubectl, "kustomize", str(copy)], capture_output=True, text=True, check=True
+    ).stdout
+    images = {
+        (doc["kind"], doc["metadata"]["name"]): containers(doc)[0]["image"]
+        for doc in yaml.safe_load_all(rendered)
+        if containers(doc)
+    }
+    assert images.pop(("Deployment", "laneway-worker-gpu")) == "registry.example/laneway-cuda:1.4.0"
+    assert images.pop(("Job", "laneway-migrate")) == "registry.example/laneway:1.4.0"
+    assert images and set(images.values()) == {"registry.example/laneway:1.4.0"}, images
