@@ -264,9 +264,12 @@ class Worker(Base):
     # The CUDA device the process was pinned to (its CUDA_VISIBLE_DEVICES), if any.
     gpu_device: Mapped[str | None] = mapped_column(String(20))
     start_reason: Mapped[str | None] = mapped_column(String(200))
-    # Chunk tasks running now; idle since the last one ended (beat's scale-down reads it).
+    # Chunk tasks running now (an interactive worker: requests in flight, as of its last
+    # heartbeat); idle since the last one ended (beat's scale-down reads it), busy since
+    # the first of those running began.
     running_tasks: Mapped[int] = mapped_column(Integer, default=0)
     idle_since: Mapped[Timestamp]
+    busy_since: Mapped[Timestamp]
     # A scale-up: since when work waited for this worker, when it finished its first task.
     waiting_since: Mapped[Timestamp]
     first_task_at: Mapped[Timestamp]

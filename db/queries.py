@@ -548,14 +548,18 @@ def finalize_job(
     return status
 
 
-def iter_results(session: Session, job_id: uuid.UUID, batch: int = 1000) -> Iterator[Result]:
-    """Results in item order, fetched in pages so a huge job streams in bounded memory."""
+def iter_results(
+    session: Session, job_id: uuid.UUID, batch: int = 1000, failed_only: bool = False
+) -> Iterator[Result]:
+    """Results in item order (only the failed items' with failed_only), fetched in pages so
+    a huge job streams in bounded memory."""
     last = -1
+    only = (Result.error.is_not(None),) if failed_only else ()
     while True:
         page = list(
             session.scalars(
                 select(Result)
-                .where(Result.job_id == job_id, Result.idx > last)
+                .where(Result.job_id == job_id, Result.idx > last, *only)
                 .order_by(Result.idx)
                 .limit(batch)
             )

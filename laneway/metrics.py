@@ -14,7 +14,7 @@ import fcntl
 import logging
 import os
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,9 @@ HOST = socket.gethostname().replace("_", "-") or "localhost"
 if DIR is not None:
     values.ValueClass = values.MultiProcessValue(lambda: f"{HOST}-{os.getpid()}")
 
-LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# From a millisecond: an interactive batch's model stage takes a few.
+FAST_BUCKETS = (0.001, 0.0025, 0.005)
+LATENCY_BUCKETS = (*FAST_BUCKETS, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 JOB_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 8 * 3600, 86400)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -75,7 +77,7 @@ BATCH_SIZE = Histogram(
 )
 MODEL_SECONDS = Histogram(
     "laneway_model_stage_seconds",
-    "Seconds of a chunk's model stage",
+    "Seconds of a model stage that ran (a chunk's, an interactive batch's)",
     ["lane"],
     buckets=LATENCY_BUCKETS,
 )
@@ -91,22 +93,21 @@ DEAD_LETTERS = Counter("laneway_dead_letters", "Dead letters recorded", ["kind"]
 COST = Counter("laneway_cost_dollars", "Cost of finished jobs, in dollars", ["lane"])
 
 
-def micro_batches(n_items: int, batch_size: int) -> list[int]:
-    """The micro-batch sizes a chunk of n items runs in (inference.batching.prepare)."""
-    full, rest = divmod(n_items, batch_size)
-    return [batch_size] * full + ([rest] if rest else [])
-
-
-def record_chunk(
-    lane: str, n_items: int, n_failed: int, model_seconds: float | None, batch_size: int
-) -> None:
-    """What a finished chunk adds: its items, its failures, its model time and batches."""
+def record_items(lane: str, n_items: int, n_failed: int) -> None:
+    """What a finished chunk or an interactive batch adds: its items and its failures."""
     ITEMS_PROCESSED.labels(lane).inc(n_items - n_failed)
     if n_failed:
         ITEMS_FAILED.labels(lane).inc(n_failed)
-    if model_seconds is not None:
-        MODEL_SECONDS.labels(lane).observe(model_seconds)
-    for size in micro_batches(n_items, batch_size):
+
+
+def record_model(lane: str, seconds: float, batches: Sequence[int]) -> None:
+    """A model stage that ran, where it ran: its seconds and each micro-batch it forwarded
+    (what dedup and the result cache left to compute, not what the chunk held). A stage
+    that forwarded nothing (every text cached, or no model for its tasks) adds nothing."""
+    if not batches:
+        return
+    MODEL_SECONDS.labels(lane).observe(seconds)
+    for size in batches:
         BATCH_SIZE.labels(lane).observe(size)
 
 
@@ -151,10 +152,9 @@ class QueueCollector:
     def collect(self) -> Iterator[Any]:
         from laneway.redis_conn import redis_client
         from tasks.app import QUEUES
-        from tasks.broker import lane_depth
+        from tasks.broker import lane_depths
 
-        r = redis_client(self.settings)
-        yield from queue_families({queue: lane_depth(r, queue) for queue in QUEUES})
+        yield from queue_families(lane_depths(redis_client(self.settings), QUEUES))
 
 
 def _alive(pid: int) -> bool:

@@ -7,7 +7,13 @@ from collections.abc import Mapping, Sequence
 
 from markupsafe import Markup, escape
 
-COLOURS = {"cpu": "#3b6ea5", "gpu": "#c4622d", "maintenance": "#6b8e23"}
+COLOURS = {
+    "cpu": "#3b6ea5",
+    "gpu": "#c4622d",
+    "maintenance": "#6b8e23",
+    "interactive.cpu": "#7aa6d6",
+    "interactive.gpu": "#e8a07a",
+}
 WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 640, 220, 56, 28, 14
 
 
@@ -47,7 +53,8 @@ def grouped_bars(
             value = values[i] if i < len(values) else 0
             h = plot_h * value / top
             parts.append(
-                f'<rect x="{x0 + j * bar_w:.1f}" y="{TOP + plot_h - h:.1f}" '
+                f'<rect class="bar" data-series="{escape(name)}" '
+                f'x="{x0 + j * bar_w:.1f}" y="{TOP + plot_h - h:.1f}" '
                 f'width="{bar_w:.1f}" height="{h:.1f}" fill="{_colour(name)}">'
                 f"<title>{escape(name)} {escape(ticks[i] if i < len(ticks) else '')}: "
                 f"{_number(value)}</title></rect>"
@@ -84,7 +91,8 @@ def bars(values: Mapping[str, float | None], title: str, fmt: str = "{:.2e}") ->
             continue
         w = plot_w * value / top
         parts.append(
-            f'<rect x="{label_w}" y="{y + 4}" width="{w:.1f}" height="20" '
+            f'<rect class="bar" data-series="{escape(name)}" '
+            f'x="{label_w}" y="{y + 4}" width="{w:.1f}" height="20" '
             f'fill="{_colour(name)}"/>'
             f'<text x="{label_w + w + 6:.1f}" y="{y + 18}" font-size="12">'
             f"{escape(fmt.format(value))}</text>"
@@ -94,11 +102,14 @@ def bars(values: Mapping[str, float | None], title: str, fmt: str = "{:.2e}") ->
 
 
 def _legend(names: list[str]) -> str:
+    """One swatch and name per series, right-aligned; each as wide as its name."""
+    widths = [14 + 7 * len(name) + 12 for name in names]
+    x = WIDTH - 8 - sum(widths)
     out = []
-    for k, name in enumerate(names):
-        x = WIDTH - 8 - 80 * (len(names) - k)
+    for name, width in zip(names, widths, strict=True):
         out.append(
-            f'<rect x="{x}" y="2" width="10" height="10" fill="{_colour(name)}"/>'
+            f'<rect class="legend" x="{x}" y="2" width="10" height="10" fill="{_colour(name)}"/>'
             f'<text x="{x + 14}" y="11" font-size="11">{escape(name)}</text>'
         )
+        x += width
     return "".join(out)

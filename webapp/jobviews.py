@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+import redis
 from flask import Response, abort, g
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -18,9 +19,11 @@ from sqlalchemy.orm import Session
 from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, Result, Worker
 from db.queries import aware, iter_results, own_job, utcnow
 from db.session import session_factory
+from laneway import usage
 from laneway.inputs import Limits
 from laneway.results import csv_blocks, iso, jsonl_lines
 from laneway.settings import LANES, Settings
+from tasks.app import INTERACTIVE_QUEUES
 from tasks.lifecycle import retry_dead_letters
 
 
@@ -46,10 +49,15 @@ def own_job_or_404(session: Session, job_id: str) -> Job:
     return job
 
 
-def results_download(settings: Settings, job_id: str, fmt: str) -> Response:
-    """The job's results streamed as JSONL or CSV, read a page at a time."""
+def results_download(
+    settings: Settings, job_id: str, fmt: str, only: str | None = None
+) -> Response:
+    """The job's results (with only=failed, its failed items') streamed as JSONL or CSV,
+    read a page at a time."""
     if fmt not in ("jsonl", "csv"):
         abort(400, description=f"unknown format {fmt!r}; use jsonl or csv")
+    if only not in (None, "failed"):
+        abort(400, description=f"unknown filter only={only!r}; use only=failed or leave it out")
     factory = session_factory(settings)
     with factory() as session:
         job = own_job_or_404(session, job_id)
@@ -57,14 +65,15 @@ def results_download(settings: Settings, job_id: str, fmt: str) -> Response:
 
     def lines() -> Iterator[str]:
         with factory() as session:
-            results = iter_results(session, key)
+            results = iter_results(session, key, failed_only=only == "failed")
             if fmt == "csv":
                 yield from csv_blocks(results, tasks, labels)
             else:
                 yield from jsonl_lines(results)
 
     mimetype = "text/csv" if fmt == "csv" else "application/x-ndjson"
-    disposition = f'attachment; filename="{key}-results.{fmt}"'
+    name = "failed" if only == "failed" else "results"
+    disposition = f'attachment; filename="{key}-{name}.{fmt}"'
     return Response(lines(), mimetype=mimetype, headers={"Content-Disposition": disposition})
 
 
@@ -168,15 +177,12 @@ def results_page(session: Session, job: Job, number: int, per_page: int = 50) ->
     return Page(list(rows), number, per_page, total)
 
 
-def failed_items(session: Session, job_id: uuid.UUID, limit: int = 50) -> list[Result]:
-    return list(
-        session.scalars(
-            select(Result)
-            .where(Result.job_id == job_id, Result.error.is_not(None))
-            .order_by(Result.idx)
-            .limit(limit)
-        )
-    )
+def failed_items(session: Session, job_id: uuid.UUID, limit: int = 50) -> tuple[list[Result], int]:
+    """The job's first `limit` failed items, and how many failed in all."""
+    failed = (Result.job_id == job_id, Result.error.is_not(None))
+    total = session.scalar(select(func.count()).where(*failed)) or 0
+    rows = session.scalars(select(Result).where(*failed).order_by(Result.idx).limit(limit))
+    return list(rows), total
 
 
 def progress(view: dict[str, Any], now_iso: str | None = None) -> dict[str, Any]:
@@ -187,8 +193,6 @@ def progress(view: dict[str, Any], now_iso: str | None = None) -> dict[str, Any]
     eta = None
     started = view["timings"]["started_at"]
     if not final and started and 0 < done < total:
-        from datetime import datetime
-
         now = datetime.fromisoformat(now_iso) if now_iso else utcnow()
         elapsed = (now - datetime.fromisoformat(started)).total_seconds()
         eta = round(max(0.0, elapsed / done * (total - done)), 1)
@@ -212,22 +216,31 @@ def _chunk_items(start: int, stop: int, positions: list[int] | None) -> int:
     return len(positions) if positions is not None else stop - start
 
 
-def throughput(session: Session, now=None) -> dict[str, list[int]]:  # noqa: ANN001
+def _bucket(age_seconds: float) -> int | None:
+    """The 5-minute bucket of the last hour (0 the oldest) that an age falls in."""
+    bucket = HOUR_BUCKETS - 1 - int(age_seconds // (BUCKET_MINUTES * 60))
+    return bucket if 0 <= bucket < HOUR_BUCKETS else None
+
+
+def _dollars(settings: Settings, cpu_seconds: float, model_seconds: float, device: str) -> float:
+    """CPU stages at the CPU price, the model stage at its device's (as a job's cost)."""
+    model_price = settings.gpu_price if device == "cuda" else settings.cpu_price
+    return cpu_seconds * settings.cpu_price + model_seconds * model_price
+
+
+def throughput(session: Session, now: datetime | None = None) -> dict[str, list[int]]:
     """Items finished per lane in each 5-minute bucket of the last hour, oldest first."""
     now = now or utcnow()
     since = now - timedelta(hours=1)
     series = {lane: [0] * HOUR_BUCKETS for lane in LANES}
     rows = session.execute(
         select(Chunk.queue, Chunk.finished_at, Chunk.start, Chunk.stop, Chunk.positions).where(
-            Chunk.state == "done", Chunk.finished_at >= since
+            Chunk.state == "done", Chunk.finished_at > since, Chunk.finished_at <= now
         )
     )
     for queue, finished, start, stop, positions in rows:
-        if queue not in series:
-            continue
-        age = (now - aware(finished)).total_seconds()
-        bucket = HOUR_BUCKETS - 1 - int(age // (BUCKET_MINUTES * 60))
-        if 0 <= bucket < HOUR_BUCKETS:
+        bucket = _bucket((now - aware(finished)).total_seconds())
+        if queue in series and bucket is not None:
             series[queue][bucket] += _chunk_items(start, stop, positions)
     return series
 
@@ -236,12 +249,13 @@ def cost_per_item(
     session: Session,
     settings: Settings,
     items: dict[str, list[int]],
-    now=None,  # noqa: ANN001
+    now: datetime | None = None,
 ) -> dict[str, float | None]:
     """Dollars per item by lane over the chunks done in the last hour (`items`: what
     throughput() counted): CPU stages at the CPU price, the model stage at its device's
     price (as a job's cost is reckoned)."""
-    since = (now or utcnow()) - timedelta(hours=1)
+    now = now or utcnow()
+    since = now - timedelta(hours=1)
     rows = session.execute(
         select(
             Chunk.queue,
@@ -250,18 +264,41 @@ def cost_per_item(
             func.coalesce(func.sum(Chunk.model_seconds), 0.0),
             func.coalesce(func.sum(Chunk.post_seconds), 0.0),
         )
-        .where(Chunk.state == "done", Chunk.finished_at >= since)
+        .where(Chunk.state == "done", Chunk.finished_at > since, Chunk.finished_at <= now)
         .group_by(Chunk.queue, Chunk.device)
     ).all()
     dollars: dict[str, float] = defaultdict(float)
     for queue, device, pre, model, post in rows:
-        model_price = settings.gpu_price if device == "cuda" else settings.cpu_price
-        dollars[queue] += (pre + post) * settings.cpu_price + model * model_price
+        dollars[queue] += _dollars(settings, pre + post, model, device)
+    return _per_item(LANES, dollars, items)
+
+
+def _per_item(
+    lanes: Sequence[str], dollars: Mapping[str, float], items: Mapping[str, list[int]]
+) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    for lane in LANES:
+    for lane in lanes:
         n = sum(items[lane])
-        out[lane] = dollars[lane] / n if n else None
+        out[lane] = dollars.get(lane, 0.0) / n if n else None
     return out
+
+
+def interactive_usage(
+    r: redis.Redis, settings: Settings, now: datetime | None = None
+) -> tuple[dict[str, list[int]], dict[str, float | None]]:
+    """The interactive lanes' items per 5-minute bucket of the last hour and dollars per
+    item, from the counters their workers keep per minute in Redis (laneway/usage.py):
+    interactive requests are not stored in Postgres."""
+    at = (now or utcnow()).timestamp()
+    series = {lane: [0] * HOUR_BUCKETS for lane in INTERACTIVE_QUEUES}
+    dollars: dict[str, float] = defaultdict(float)
+    for lane, minutes in usage.last_hour(r, INTERACTIVE_QUEUES, at).items():
+        for age, minute in minutes:  # all within the hour: each has its bucket
+            series[lane][_bucket(age)] += minute.items
+            dollars[lane] += _dollars(settings, minute.cpu_seconds, 0.0, "cpu")
+            for device, seconds in minute.model_seconds.items():
+                dollars[lane] += _dollars(settings, 0.0, seconds, device)
+    return series, _per_item(INTERACTIVE_QUEUES, dollars, series)
 
 
 def live_workers(session: Session, settings: Settings) -> list[dict[str, Any]]:
@@ -272,17 +309,6 @@ def live_workers(session: Session, settings: Settings) -> list[dict[str, Any]]:
         .where(Worker.stopped_at.is_(None), Worker.last_seen_at >= alive_after)
         .order_by(Worker.hostname, Worker.started_at)
     ).all()
-    # A busy worker is busy since the chunk it runs started.
-    busy_since = dict(
-        session.execute(
-            select(Chunk.worker_instance, func.min(Chunk.started_at))
-            .where(
-                Chunk.state == "running",
-                Chunk.worker_instance.in_([w.id for w in rows if w.running_tasks > 0]),
-            )
-            .group_by(Chunk.worker_instance)
-        ).all()
-    )
     return [
         {
             "hostname": w.hostname,
@@ -291,15 +317,15 @@ def live_workers(session: Session, settings: Settings) -> list[dict[str, Any]]:
             "device": w.device or "?",
             "gpu_device": w.gpu_device,
             "busy": w.running_tasks > 0,
-            "since": iso(_since(w, busy_since.get(w.id))),
+            "since": iso(_since(w)),
             "started_at": iso(w.started_at),
         }
         for w in rows
     ]
 
 
-def _since(worker: Worker, busy_since: Any) -> Any:  # noqa: ANN401
-    """Busy since its chunk started; idle since its last task ended (or since it started)."""
+def _since(worker: Worker) -> Any:  # noqa: ANN401
+    """Busy since its busy spell began; idle since its last task ended (or it started)."""
     if worker.running_tasks > 0:
-        return busy_since or worker.started_at
+        return worker.busy_since or worker.started_at
     return worker.idle_since or worker.started_at

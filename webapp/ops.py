@@ -1,5 +1,5 @@
-"""Operations endpoints: health, the lanes' depth (for autoscalers such as KEDA), and the
-OpenAPI document of the whole HTTP interface."""
+"""Operations endpoints: liveness and health, the lanes' depth (for autoscalers such as
+KEDA), and the OpenAPI document of the whole HTTP interface."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ from db.session import session_factory
 from laneway.redis_conn import ping
 
 ops = Blueprint("ops", __name__)
+
+
+@ops.get("/livez")
+def livez():  # noqa: ANN201
+    """200 while this process answers requests. It asks nothing of the database or Redis:
+    a liveness probe on /healthz would restart every web process during their outage,
+    which a restart cannot mend (/healthz is for readiness)."""
+    return jsonify(status="alive")
 
 
 @ops.get("/healthz")
@@ -40,12 +48,11 @@ def lanes():  # noqa: ANN201
     part a bare list length misses), and both together. Counts only, no job data."""
     from laneway.redis_conn import redis_client
     from tasks.app import QUEUES
-    from tasks.broker import lane_depth
+    from tasks.broker import lane_depths
 
     settings = current_app.config["LANEWAY_SETTINGS"]
     try:
-        r = redis_client(settings)
-        return jsonify({queue: lane_depth(r, queue) for queue in QUEUES})
+        return jsonify(lane_depths(redis_client(settings), QUEUES))
     except Exception as exc:  # noqa: BLE001 - an autoscaler must see "unknown", not a 500
         return jsonify(error="unavailable", message=f"Redis: {type(exc).__name__}"), 503
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
@@ -199,7 +200,7 @@ def job(job_id: str) -> str:
         view = job_view(db, row, settings)
         final = row.status in FINAL_JOB_STATUSES
         results = jobviews.results_page(db, row, number) if final else None
-        failed = jobviews.failed_items(db, row.id) if final else []
+        failed, failed_total = jobviews.failed_items(db, row.id) if final else ([], 0)
         letters = jobviews.dead_letters(db, row.id, limit=100)
         waiting = jobviews.open_letters(db, row.id)
     rows = [result_record(r) for r in results.rows] if results else []
@@ -210,6 +211,7 @@ def job(job_id: str) -> str:
         results=results,
         rows=rows,
         failed=failed,
+        failed_total=failed_total,
         letters=letters,
         open_letters=waiting,
         retry=RetryForm(),
@@ -230,7 +232,9 @@ def job_progress(job_id: str) -> Response | tuple[Response, int]:
 @pages.get("/jobs/<job_id>/results")
 @signed_in
 def job_results(job_id: str) -> Response:
-    return jobviews.results_download(app_settings(), job_id, request.args.get("format", "jsonl"))
+    return jobviews.results_download(
+        app_settings(), job_id, request.args.get("format", "jsonl"), request.args.get("only")
+    )
 
 
 @pages.post("/jobs/<job_id>/retry")
@@ -252,8 +256,14 @@ def job_retry(job_id: str) -> Response | tuple[str, int]:
 
 
 def _flower_url() -> str:
+    """LANEWAY_FLOWER_URL, else Flower's port on the host and scheme this page came from
+    (a page served over HTTPS links to Flower over HTTPS)."""
     settings = app_settings()
-    return settings.flower_url or f"http://{request.host.rsplit(':', 1)[0]}:{settings.flower_port}/"
+    if settings.flower_url:
+        return settings.flower_url
+    host = urlsplit(request.host_url).hostname or "localhost"
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    return f"{request.scheme}://{host}:{settings.flower_port}/"
 
 
 @pages.get("/dashboard")
@@ -262,18 +272,21 @@ def dashboard() -> str:
     """The fleet as a whole: lanes, workers, throughput and cost (no account's jobs)."""
     from laneway.redis_conn import redis_client
     from tasks.app import QUEUES
-    from tasks.broker import lane_depth
+    from tasks.broker import lane_depths
 
     settings = app_settings()
-    try:
-        r = redis_client(settings)
-        lanes = {queue: lane_depth(r, queue) for queue in QUEUES}
-    except Exception:  # noqa: BLE001 - the page still shows the rest
-        lanes = None
     with session_factory(settings)() as db:
         workers = jobviews.live_workers(db, settings)
         series = jobviews.throughput(db)
         cost = jobviews.cost_per_item(db, settings, series)
+    try:
+        r = redis_client(settings)
+        lanes = lane_depths(r, QUEUES)
+        interactive_items, interactive_cost = jobviews.interactive_usage(r, settings)
+        series.update(interactive_items)
+        cost.update(interactive_cost)
+    except Exception:  # noqa: BLE001 - the page still shows the rest
+        lanes = None
     step = jobviews.BUCKET_MINUTES
     ticks = [f"-{(jobviews.HOUR_BUCKETS - i) * step}m" for i in range(jobviews.HOUR_BUCKETS)]
     return render_template(

@@ -1,8 +1,10 @@
 """`laneway flower` on the test broker: it answers its health check, sees a worker come up,
-keeps its task count bounded, and writes nothing into the working directory."""
+keeps no more tasks than --max-tasks while a real worker runs more, and writes nothing into
+the working directory."""
 
 from __future__ import annotations
 
+import re
 import signal
 import socket
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 from tests.e2e.procs import BIN, Proc, free_port, http, start_worker, wait_for
 
 pytestmark = pytest.mark.e2e
+MAX_TASKS = 3
 
 
 def test_flower_runs_on_the_broker_and_sees_a_worker(tmp_path, monkeypatch):
@@ -22,8 +25,10 @@ def test_flower_runs_on_the_broker_and_sees_a_worker(tmp_path, monkeypatch):
     monkeypatch.chdir(workdir)  # what Flower would write into the working directory shows here
     flower = Proc(
         "flower",
-        [str(BIN / "laneway"), "flower", "--port", str(port), "--max-tasks", "50"],
+        [str(BIN / "laneway"), "flower", "--port", str(port), "--max-tasks", str(MAX_TASKS)],
         tmp_path,
+        # Its HTTP API (/api/tasks) answers without a login only when told to.
+        env={"FLOWER_UNAUTHENTICATED_API": "true"},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -50,12 +55,40 @@ def test_flower_runs_on_the_broker_and_sees_a_worker(tmp_path, monkeypatch):
             return sample in http.get(f"{url}/metrics", timeout=5).text
 
         wait_for(seen, 60, f"Flower to see {node} online", [flower, worker])
+
+        # More tasks than it may keep, through the real worker: it sees every one (its
+        # event counter) and keeps only the newest MAX_TASKS (its task list).
+        from tasks.app import app
+
+        sent = [app.send_task("laneway.scale_down") for _ in range(2 * MAX_TASKS)]
+        for result in sent:
+            result.get(timeout=30)
+        ids = [result.id for result in sent]
+        # Counted whatever the task label: a task Flower already dropped (it keeps only
+        # MAX_TASKS) is counted under task="" when its last event arrives.
+        succeeded = re.compile(
+            r'^flower_events_total\{task="[^"]*",type="task-succeeded",'
+            rf'worker="{re.escape(node)}"\}} (\S+)$',
+            re.M,
+        )
+
+        def all_seen() -> bool:
+            text = http.get(f"{url}/metrics", timeout=5).text
+            return sum(float(n) for n in succeeded.findall(text)) >= len(ids)
+
+        def events() -> str:
+            text = http.get(f"{url}/metrics", timeout=5).text
+            return "\n".join(line for line in text.splitlines() if "flower_events_total" in line)
+
+        wait_for(all_seen, 30, "Flower to see every task succeed", [flower, worker], events)
+        kept = http.get(f"{url}/api/tasks", timeout=5).json()
+        assert len(kept) == MAX_TASKS and set(kept) <= set(ids) and ids[-1] in kept, kept
         worker.stop()
-        # The Flower process `laneway flower` started keeps at most 50 tasks.
+        # The Flower process `laneway flower` started is the one told to keep that few.
         pid = flower.proc.pid
         children = open(f"/proc/{pid}/task/{pid}/children").read().split()
         argv = [open(f"/proc/{c}/cmdline").read().split("\0") for c in children]
-        assert any("flower" in a and "--max_tasks=50" in a for a in argv), argv
+        assert any("flower" in a and f"--max_tasks={MAX_TASKS}" in a for a in argv), argv
         # SIGTERM to `laneway flower` alone (what docker stop does) stops Flower too.
         flower.proc.send_signal(signal.SIGTERM)
         assert flower.proc.wait(30) == 0, flower.tail()

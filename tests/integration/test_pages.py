@@ -25,16 +25,16 @@ def browser(app):
     return app.test_client()
 
 
-def _post(browser, path: str, data: dict, referrer: str = "/login"):
+def _post(browser, path: str, data: dict, referrer: str = "/login", base: str = BASE):
     # Over HTTPS, browsers send the page's address (Referrer-Policy: same-origin) and
     # Flask-WTF checks it.
-    headers = {"Referer": BASE + referrer}
-    return browser.post(path, data=data, base_url=BASE, headers=headers)
+    headers = {"Referer": base + referrer}
+    return browser.post(path, data=data, base_url=base, headers=headers)
 
 
-def _login(browser, key: str):
-    page = browser.get("/login", base_url=BASE)
-    return _post(browser, "/login", {"csrf_token": _csrf(page.data), "api_key": key})
+def _login(browser, key: str, base: str = BASE):
+    page = browser.get("/login", base_url=base)
+    return _post(browser, "/login", {"csrf_token": _csrf(page.data), "api_key": key}, base=base)
 
 
 def test_sign_in_sign_out_with_a_signed_secure_session(browser, account_factory):
@@ -136,6 +136,38 @@ def test_the_secret_key_is_generated_once_and_kept(tmp_path, settings):
     assert len(first) >= 32 and secret_key(home) == first
     assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
     assert secret_key(dataclasses.replace(home, secret_key="x" * 40)) == "x" * 40
+
+
+def test_a_second_process_never_sees_a_key_being_written(tmp_path, settings, monkeypatch):
+    import dataclasses
+    import secrets
+    import threading
+
+    from webapp.security import secret_key
+
+    home = dataclasses.replace(settings, home=tmp_path, secret_key="")
+    generate = secrets.token_urlsafe
+    writing, finish = threading.Event(), threading.Event()
+
+    def slow_first(n: int) -> str:
+        if not writing.is_set():
+            writing.set()
+            finish.wait(10)
+        return generate(n)
+
+    monkeypatch.setattr(secrets, "token_urlsafe", slow_first)
+    keys: dict[str, str] = {}
+    first = threading.Thread(target=lambda: keys.update(first=secret_key(home)))
+    first.start()
+    assert writing.wait(10)
+    # The first process is in the middle of making its key: the second gets a whole one at
+    # once (no empty file to wait on), and the first ends up with the same.
+    keys["second"] = secret_key(home)
+    finish.set()
+    first.join(10)
+    assert len(keys["second"]) >= 32
+    assert keys["first"] == keys["second"] == (tmp_path / "secret_key").read_text().strip()
+    assert [p.name for p in tmp_path.iterdir()] == ["secret_key"]  # no temporary file left
 
 
 # --- submit, jobs, a job, the dashboard ------------------------------------------------
@@ -257,6 +289,27 @@ def test_submit_pasted_texts_then_watch_and_read_the_results(app, account_factor
     assert browser.get(f"/jobs/{job_id}/results?format=xml", base_url=BASE).status_code == 400
 
 
+def test_the_job_page_says_how_many_items_failed_and_links_to_them_all(app, account_factory):
+    browser, _ = _signed_in(app, account_factory)
+    texts = "\n".join(f"message number {n}" for n in range(70))
+    job_id = _job_id(_submit(browser, {"texts": texts}))
+    _finish(job_id, n_failed=55)
+    html = browser.get(f"/jobs/{job_id}", base_url=BASE).data.decode()
+    shown = re.search(r'<table class="failed">.*?</table>', html, re.S).group(0)
+    assert shown.count("model exploded") == 50  # the first 50 in the table
+    assert "55 items failed; the first 50 are below" in html
+    link = re.search(r'id="failed-csv" href="([^"]+)"', html).group(1).replace("&amp;", "&")
+    failed_csv = browser.get(link, base_url=BASE)
+    assert "-failed.csv" in failed_csv.headers["Content-Disposition"]
+    rows = failed_csv.data.decode().splitlines()[1:]
+    assert len(rows) == 55 and all(row.endswith("model exploded") for row in rows)
+    link = re.search(r'id="failed-jsonl" href="([^"]+)"', html).group(1).replace("&amp;", "&")
+    lines = [json.loads(x) for x in browser.get(link, base_url=BASE).data.decode().splitlines()]
+    assert [x["id"] for x in lines] == [str(n) for n in range(16, 71)]
+    bogus = browser.get(f"/jobs/{job_id}/results?format=csv&only=bogus", base_url=BASE)
+    assert bogus.status_code == 400 and b"only=failed" in bogus.data
+
+
 def test_an_upload_goes_through_the_streaming_path_and_bad_input_is_named(app, account_factory):
     browser, _ = _signed_in(app, account_factory)
     good = {"file": (io.BytesIO(b"id,text\na,hello there\nb,where is my parcel\n"), "in.csv")}
@@ -319,16 +372,22 @@ def test_the_dashboard_shows_lanes_workers_and_charts(app, account_factory):
     html = browser.get("/dashboard", base_url=BASE).data.decode()
     for part in ("Lanes", "Workers", "<svg", "Items done per 5 minutes", "Dollars per item"):
         assert part in html, part
-    assert 'id="flower" href="http://laneway.test:5555/"' in html
     assert job_id not in html  # fleet-wide figures, no account's jobs
-    linked = app.config["LANEWAY_SETTINGS"]
-    import dataclasses
 
-    from webapp import create_app
 
-    other = create_app(dataclasses.replace(linked, flower_url="https://flower.example/"))
-    b2, _ = _signed_in(other, account_factory)
-    assert b'href="https://flower.example/"' in b2.get("/dashboard", base_url=BASE).data
+def test_the_flower_link_follows_the_pages_scheme_unless_configured(app, make_app, account_factory):
+    def flower_link(app, base_url: str) -> str:
+        browser = app.test_client()
+        assert _login(browser, account_factory()[1], base=base_url).status_code == 303
+        html = browser.get("/dashboard", base_url=base_url).data.decode()
+        return re.search(r'id="flower" href="([^"]+)"', html).group(1)
+
+    assert flower_link(app, BASE) == "https://laneway.test:5555/"
+    plain = make_app(secure_cookies=False, anonymous_rate_limit="100000/minute")
+    assert flower_link(plain, "http://10.0.0.7:8000") == "http://10.0.0.7:5555/"
+    assert flower_link(plain, "http://[::1]:8000") == "http://[::1]:5555/"
+    linked = make_app(flower_url="https://flower.example/", anonymous_rate_limit="100000/minute")
+    assert flower_link(linked, BASE) == "https://flower.example/"
 
 
 def test_static_files_are_served_from_this_origin(client):

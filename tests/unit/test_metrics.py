@@ -1,18 +1,24 @@
-"""Metrics shaping: micro-batch sizes, the queues' gauges, and folding dead processes' files."""
+"""Metrics shaping: model stages, the queues' gauges, and folding dead processes' files."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from laneway import metrics
 
 
-def test_micro_batches_follow_the_chunk_and_batch_size():
-    assert metrics.micro_batches(70, 32) == [32, 32, 6]
-    assert metrics.micro_batches(64, 32) == [32, 32]
-    assert metrics.micro_batches(0, 32) == []
+def test_a_model_stage_that_forwarded_nothing_records_nothing():
+    def count(sample: str) -> float:
+        return REGISTRY.get_sample_value(sample, {"lane": "unit"}) or 0.0
+
+    metrics.record_model("unit", 0.0, [])
+    assert count("laneway_model_stage_seconds_count") == 0
+    assert count("laneway_batch_size_count") == 0
+    metrics.record_model("unit", 0.02, [32, 5])
+    assert count("laneway_model_stage_seconds_count") == 1
+    assert count("laneway_batch_size_count") == 2 and count("laneway_batch_size_sum") == 37
 
 
 def test_queue_gauges_carry_each_queue_and_count():
