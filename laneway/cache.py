@@ -120,6 +120,46 @@ class ResultCache:
             log.warning("result cache unavailable: %s", type(exc).__name__)
 
 
+class CachePlan:
+    """What a batch must compute: its distinct texts the cache lacks (`todo`), each once;
+    the others' outputs are known. It travels between the gpu lane's stages as JSON."""
+
+    def __init__(self, texts: Sequence[str], known: Sequence[Any] | None = None) -> None:
+        self.distinct, self.index = unique(texts)
+        self._know([None] * len(self.distinct) if known is None else known)
+
+    def _know(self, known: Sequence[Any]) -> None:
+        self.known = list(known)
+        if len(self.known) != len(self.distinct):
+            raise ValueError("a cache plan that does not fit its texts")
+        self.missing = [n for n, out in enumerate(self.known) if out is None]
+        self.todo = [self.distinct[n] for n in self.missing]
+
+    @classmethod
+    def make(
+        cls, cache: ResultCache, tasks: Sequence[str], labels: Sequence[str], texts: Sequence[str]
+    ) -> CachePlan:
+        plan = cls(texts)
+        plan._know(cache.get(tasks, labels, plan.distinct))
+        return plan
+
+    def outputs(self, computed: Sequence[Any]) -> list[Any]:
+        """Every text's output, in order, given the outputs computed for `todo`."""
+        if len(computed) != len(self.missing):
+            raise ValueError(f"{len(computed)} outputs for {len(self.missing)} texts to compute")
+        found = list(self.known)
+        for n, out in zip(self.missing, computed, strict=True):
+            found[n] = out
+        return [found[i] for i in self.index]
+
+    def to_json(self) -> str:
+        return json.dumps(self.known, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, texts: Sequence[str], data: bytes | str) -> CachePlan:
+        return cls(texts, json.loads(data))
+
+
 def cached_compute(
     cache: ResultCache,
     tasks: Sequence[str],
@@ -130,12 +170,7 @@ def cached_compute(
     """Outputs for `texts`: cached ones from Redis, the rest from `compute` over the
     distinct missing texts (each once), stored back (an output that is not a dict, a
     failure, is passed through uncached). Also returns how many texts were computed."""
-    distinct, index = unique(texts)
-    outputs = cache.get(tasks, labels, distinct)
-    missing = [n for n, out in enumerate(outputs) if out is None]
-    if missing:
-        computed = list(compute([distinct[n] for n in missing]))
-        for n, out in zip(missing, computed, strict=True):
-            outputs[n] = out
-        cache.put(tasks, labels, [distinct[n] for n in missing], computed)
-    return [outputs[i] for i in index], len(missing)
+    plan = CachePlan.make(cache, tasks, labels, texts)
+    computed = list(compute(plan.todo)) if plan.todo else []
+    cache.put(tasks, labels, plan.todo, computed)
+    return plan.outputs(computed), len(computed)

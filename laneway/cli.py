@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from laneway.probes import BEAT_MAX_AGE
 from laneway.settings import ACCOUNT_TYPES, LANES, Settings, SettingsError, get_settings
 
 log = logging.getLogger("laneway")
@@ -313,19 +314,35 @@ def inbox_scan(as_json: bool) -> None:
 
 @cli.command()
 @click.argument("lane", type=click.Choice((*LANES, "maintenance", "interactive")))
-@click.option("--concurrency", "-c", type=int, default=None, help="child processes (cpu)")
+@click.option(
+    "--concurrency", "-c", type=int, default=None, help="processes (cpu), threads (interactive)"
+)
 @click.option("--name", default=None, help="node name before @host (default: the lane)")
 @click.option("--device", default=None, help="gpu: run only the worker for this device")
-def worker(lane: str, concurrency: int | None, name: str | None, device: str | None) -> None:
+@click.option(
+    "--lane",
+    "interactive_lane",
+    type=click.Choice(LANES),
+    default="cpu",
+    show_default=True,
+    help="interactive: the lane whose interactive queue to serve",
+)
+def worker(
+    lane: str, concurrency: int | None, name: str | None, device: str | None, interactive_lane: str
+) -> None:
     """Run Celery workers for one queue: cpu (with maintenance), maintenance alone, gpu:
     one process per device in LANEWAY_GPU_DEVICES (default: every CUDA device), each
     pinned to its device (CUDA_VISIBLE_DEVICES) and named gpu<N>@host, or interactive:
-    the dynamic batcher on interactive.<LANEWAY_INTERACTIVE_LANE>."""
-    from laneway.processes import worker_argv, worker_env
+    the dynamic batcher on interactive.cpu, or with --lane gpu on interactive.gpu, pinned
+    to --device (default the first gpu device)."""
+    from laneway.processes import interactive_worker, worker_argv, worker_env
     from workers.devices import LaneError
 
     settings = _settings()
     try:
+        if lane == "interactive":
+            _, argv, env = interactive_worker(settings, interactive_lane, device, name, concurrency)
+            sys.exit(_run_child(argv, env))
         env = worker_env(lane, settings)
     except LaneError as exc:
         raise click.ClickException(str(exc)) from None
@@ -441,6 +458,49 @@ def health(node: str, timeout: float) -> None:
     click.echo(json.dumps(report))
     if not report.get("ok"):
         sys.exit(1)
+
+
+# --- liveness probes (compose health checks, Kubernetes probes) ---------------------------
+
+
+@cli.group()
+def probe() -> None:
+    """Liveness checks: exit 0 when alive, 1 saying why not. They load no model."""
+
+
+def _probe_exit(result: tuple[bool, str]) -> None:
+    alive, why = result
+    click.echo(why, err=not alive)
+    sys.exit(0 if alive else 1)
+
+
+@probe.command("beat")
+@click.option("--max-age", type=float, default=BEAT_MAX_AGE, show_default=True, help="seconds")
+def probe_beat(max_age: float) -> None:
+    """Beat has ticked lately (its heartbeat file under LANEWAY_HOME)."""
+    from laneway.probes import beat_alive
+
+    _probe_exit(beat_alive(_settings(), max_age))
+
+
+@probe.command("worker")
+@click.argument("name")
+@click.option("--timeout", default=10.0, show_default=True)
+def probe_worker(name: str, timeout: float) -> None:
+    """Worker NAME answers a ping through the broker (`cpu` means cpu@this host)."""
+    from laneway.probes import node_name, worker_alive
+
+    _probe_exit(worker_alive(_settings(), node_name(name), timeout))
+
+
+@probe.command("http")
+@click.argument("url")
+@click.option("--timeout", default=5.0, show_default=True)
+def probe_http(url: str, timeout: float) -> None:
+    """URL answers 200 (e.g. the web app's /healthz, Flower's /healthcheck)."""
+    from laneway.probes import http_alive
+
+    _probe_exit(http_alive(url, timeout))
 
 
 # --- dead letters ------------------------------------------------------------------------

@@ -13,12 +13,14 @@ normal job in Postgres (the web app's 202), so nothing is lost.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -26,6 +28,7 @@ import redis
 from laneway.redis_conn import client_url
 from laneway.settings import Settings
 
+log = logging.getLogger(__name__)
 TASK_NAME = "laneway.interactive"
 RESULT_TTL = 24 * 3600  # seconds an asynchronous result (and its owner) is kept
 REPLY_TTL = 120  # seconds an unread synchronous answer is kept
@@ -137,17 +140,105 @@ def blocking_client(settings: Settings) -> redis.Redis:
         return _clients[key]
 
 
-def send_message(requests: Sequence[Request], settings: Settings, expires: float | None) -> None:
+def send_message(
+    requests: Sequence[Request], settings: Settings, lane: str, expires: float | None
+) -> None:
     """One message on the lane's interactive queue, carrying one or more requests."""
     from tasks.app import app
 
     app.send_task(
         TASK_NAME,
         args=[[r.message() for r in requests]],
-        queue=settings.interactive_queue,
+        queue=f"interactive.{lane}",
         expires=expires,
         ignore_result=True,
     )
+
+
+def choose_lane(setting: str, gpu_live: bool) -> str:
+    """The lane an interactive request goes to: LANEWAY_INTERACTIVE_LANE, or for `auto`
+    the gpu lane while an interactive gpu worker is live (a GPU runs a small batch in a few
+    milliseconds, and the CPU stays free for the web app), else the cpu lane."""
+    if setting != "auto":
+        return setting
+    return "gpu" if gpu_live else "cpu"
+
+
+class LaneChooser:
+    """Per web process: whether an interactive gpu worker is live, from the worker registry
+    (Postgres heartbeats), read at most every `refresh` seconds. A request the gpu lane did
+    not answer in time marks it missed: it is trusted again only once a worker has beaten
+    since (a worker killed without a word stays registered until its heartbeats lapse)."""
+
+    def __init__(
+        self,
+        served_since: Callable[[datetime], bool],
+        dead_after: float,
+        refresh: float = 2.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.served_since = served_since
+        self.dead_after = timedelta(seconds=dead_after)
+        self.refresh = timedelta(seconds=refresh)
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.read_at: datetime | None = None
+        self.missed_at: datetime | None = None
+        self.live = False
+
+    def gpu_live(self) -> bool:
+        now = self.clock()
+        with self.lock:
+            if self.read_at is not None and now - self.read_at < self.refresh:
+                return self.live
+            self.read_at = now
+            since = now - self.dead_after
+            if self.missed_at is not None:
+                since = max(since, self.missed_at)
+        try:
+            live = self.served_since(since)
+        except Exception as exc:  # noqa: BLE001 - the cpu lane still answers
+            log.warning("could not read the interactive workers: %s", type(exc).__name__)
+            live = False
+        with self.lock:
+            self.live = live
+        return live
+
+    def missed(self) -> None:
+        with self.lock:
+            self.missed_at = self.clock()
+            self.live, self.read_at = False, None
+
+
+_choosers: dict[int, LaneChooser] = {}
+
+
+def chooser(settings: Settings) -> LaneChooser:
+    """This process's lane chooser."""
+    pid = os.getpid()
+    with _clients_lock:
+        if pid not in _choosers:
+
+            def served_since(since: datetime) -> bool:
+                from tasks.scaling import alive_workers
+
+                return bool(alive_workers(settings, "interactive.gpu", since))
+
+            _choosers[pid] = LaneChooser(served_since, settings.worker_dead_after)
+        return _choosers[pid]
+
+
+def lane_for(settings: Settings) -> str:
+    """The lane this process sends its next interactive request to."""
+    setting = settings.interactive_lane
+    # A pinned lane needs no look at the worker registry.
+    return choose_lane(setting, setting == "auto" and chooser(settings).gpu_live())
+
+
+def missed(settings: Settings, lane: str) -> None:
+    """A request sent to `lane` was not answered in time."""
+    if lane == "gpu" and settings.interactive_lane == "auto":
+        chooser(settings).missed()
 
 
 class Coalescer:
@@ -189,18 +280,20 @@ class Coalescer:
             raise failed
 
 
-_coalescers: dict[int, Coalescer] = {}
+_coalescers: dict[tuple[int, str], Coalescer] = {}
 
 
-def send(request: Request, settings: Settings, expires: float | None = None) -> None:
-    """Send a request to the interactive workers, in a message shared with the requests
-    this process sends at the same moment. A request whose message failed to go is never
-    answered: its caller's wait ends and stores it as a job."""
-    pid = os.getpid()
+def send(request: Request, settings: Settings, lane: str, expires: float | None = None) -> None:
+    """Send a request to the lane's interactive workers, in a message shared with the
+    requests this process sends there at the same moment. A request whose message failed
+    to go is never answered: its caller's wait ends and stores it as a job."""
+    key = (os.getpid(), lane)
     with _clients_lock:
-        if pid not in _coalescers:
-            _coalescers[pid] = Coalescer(lambda batch, exp: send_message(batch, settings, exp))
-        coalescer = _coalescers[pid]
+        if key not in _coalescers:
+            _coalescers[key] = Coalescer(
+                lambda batch, exp: send_message(batch, settings, lane, exp)
+            )
+        coalescer = _coalescers[key]
     coalescer.send(request, expires)
 
 

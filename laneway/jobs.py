@@ -81,7 +81,7 @@ def choose_routing(settings: Settings, account_type: str, n_items: int) -> Routi
         stats=read_lane_stats(settings) if settings.routing == "measured" else None,
         pinned=settings.routing == "threshold",
         live=live_lanes(settings),
-        prices=Prices(settings.cpu_price, settings.gpu_price, settings.gpu_idle_timeout),
+        prices=Prices.of(settings),
     )
 
 

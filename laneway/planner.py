@@ -2,7 +2,8 @@
 
 The lane is chosen from measured costs when there are measurements: each lane's expected
 cost and completion time for the job, the gpu lane's cold start included when no gpu
-worker is up (and the idle time it then runs before beat stops it again). A job goes to
+worker is up (and the idle time it then runs before it is stopped again, by beat or by an
+outside autoscaler). A job goes to
 the gpu lane when that is cheaper and still meets its account's deadline. Until both lanes
 have been measured, LANEWAY_GPU_THRESHOLD decides.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from laneway.settings import ACCOUNT_TYPES
+from laneway.settings import ACCOUNT_TYPES, Settings
 
 # Demo and trial traffic is small and interactive: it never waits for a GPU to start.
 CPU_ONLY_ACCOUNTS = frozenset({"demo", "trial"})
@@ -52,6 +53,12 @@ class Prices:
     cpu_second: float
     gpu_second: float
     gpu_idle_timeout: int  # seconds a started gpu worker idles before it is stopped
+
+    @classmethod
+    def of(cls, settings: Settings) -> Prices:
+        """LANEWAY_GPU_IDLE_TIMEOUT is charged whoever stops idle gpu workers (beat, or
+        KEDA after its cooldownPeriod: LANEWAY_GPU_SCALE_DOWN=external)."""
+        return cls(settings.cpu_price, settings.gpu_price, settings.gpu_idle_timeout)
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from laneway.fleet import ALWAYS, ON_DEMAND, Fleet
-from laneway.settings import Settings
+from laneway.settings import INTERACTIVE_PREFIX, Settings
 
 log = logging.getLogger("laneway.fleet")
 
 
-def worker_queues(lane: str, settings: Settings | None = None) -> str:
+def worker_queues(lane: str) -> str:
     """The cpu worker also serves the maintenance queue: chord callbacks, the reconciler
-    and alerts, short tasks that never wait behind the lanes' chunks. The interactive
-    worker serves its lane's interactive queue alone."""
-    if lane == "interactive":
-        return settings.interactive_queue if settings else "interactive.cpu"
+    and alerts, short tasks that never wait behind the lanes' chunks. An interactive
+    worker (`interactive.cpu` or `interactive.gpu`) serves its queue alone."""
     return "cpu,maintenance" if lane == "cpu" else lane
 
 
@@ -30,7 +28,7 @@ def worker_argv(
 ) -> list[str]:
     argv = [
         sys.executable, "-m", "celery", "-A", "tasks", "worker",
-        "-Q", worker_queues(lane, settings),
+        "-Q", worker_queues(lane),
         "-n", f"{name or lane}@%h",
         "--loglevel", "INFO",
         "-E",
@@ -38,7 +36,7 @@ def worker_argv(
     if lane == "gpu":
         # One chunk at a time per device, and one message prefetched at most.
         return [*argv, "-c", "1", "--prefetch-multiplier", "1"]
-    if lane == "interactive":
+    if lane.startswith(INTERACTIVE_PREFIX):
         # Threads that wait on the process's one batcher (and its one copy of the model);
         # as many messages reserved as threads to wait on them.
         threads = concurrency or settings.interactive_threads
@@ -52,7 +50,7 @@ def worker_env(lane: str, settings: Settings) -> dict[str, str]:
 
     if lane == "maintenance":
         return {}
-    model_lane = settings.interactive_lane if lane == "interactive" else lane
+    model_lane = lane.removeprefix(INTERACTIVE_PREFIX)
     return {
         "LANEWAY_DEVICE": check_lane(model_lane, settings),
         "LANEWAY_GPU_FALLBACK": settings.gpu_fallback,
@@ -80,6 +78,40 @@ def gpu_worker(settings: Settings, device: str) -> tuple[str, list[str], dict[st
     name = f"gpu{device}"
     env = {**worker_env("gpu", settings), "CUDA_VISIBLE_DEVICES": device}
     return name, worker_argv("gpu", settings, name=name), env
+
+
+def interactive_worker(
+    settings: Settings,
+    lane: str,
+    device: str | None = None,
+    name: str | None = None,
+    threads: int | None = None,
+) -> tuple[str, list[str], dict[str, str]]:
+    """Node name, argv and environment of the interactive worker of `lane` (cpu or gpu);
+    on gpu it is pinned like a gpu worker, to `device` (default the first gpu device)."""
+    queue = INTERACTIVE_PREFIX + lane
+    env = worker_env(queue, settings)
+    if lane == "gpu":
+        devices = (device,) if device is not None else gpu_devices(settings)[:1]
+        if not devices:
+            from workers.devices import LaneError
+
+            raise LaneError("no gpu device to pin the interactive gpu worker to")
+        env["CUDA_VISIBLE_DEVICES"] = devices[0]
+        name = name or f"interactive-gpu{devices[0]}"
+    name = name or "interactive"
+    return name, worker_argv(queue, settings, threads, name), env
+
+
+def interactive_lanes(settings: Settings) -> tuple[str, ...]:
+    """The lanes this machine keeps an interactive worker for: LANEWAY_INTERACTIVE_LANES,
+    else cpu, plus gpu where a CUDA device is (not in CPU fallback: a second CPU worker
+    would only compete with the first)."""
+    if settings.interactive_lanes:
+        return settings.interactive_lanes
+    from workers.devices import cuda_device_count
+
+    return ("cpu", "gpu") if cuda_device_count() else ("cpu",)
 
 
 ACCESS_LOG_FORMAT = '%(h)s %(t)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
@@ -139,11 +171,10 @@ def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
         name = "cpu" if n == 0 else f"cpu{n + 1}"
         argv = worker_argv("cpu", settings, name=name)
         fleet.add(f"worker-{name}", argv, worker_env("cpu", settings), ALWAYS, node(name))
-    # The interactive worker: always up, so a first request never waits for a start.
-    argv = worker_argv("interactive", settings, name="interactive")
-    fleet.add(
-        "worker-interactive", argv, worker_env("interactive", settings), ALWAYS, node("interactive")
-    )
+    # Interactive workers: always up, so a first request never waits for a start.
+    for lane in interactive_lanes(settings):
+        name, argv, env = interactive_worker(settings, lane)
+        fleet.add(f"worker-{name}", argv, env, ALWAYS, node(name))
     devices = gpu_devices(settings)
     if not devices:
         log.warning("no CUDA device and no LANEWAY_GPU_FALLBACK=cpu: this fleet runs no gpu worker")

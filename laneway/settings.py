@@ -17,6 +17,10 @@ from typing import Any
 
 ACCOUNT_TYPES = ("demo", "trial", "standard", "enterprise")
 LANES = ("cpu", "gpu")
+# Each lane's interactive queue is this prefix and the lane's name.
+INTERACTIVE_PREFIX = "interactive."
+# The queues whose workers run their model on a GPU (pinned to one device).
+GPU_QUEUES = frozenset({"gpu", INTERACTIVE_PREFIX + "gpu"})
 DEFAULT_LABELS = (
     "billing",
     "shipping and delivery",
@@ -223,6 +227,16 @@ def _devices(name: str) -> Callable[[str], tuple[str, ...]]:
     return parse
 
 
+def _lanes(name: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        lanes = tuple(part.strip().lower() for part in raw.split(",") if part.strip())
+        if not lanes or not set(lanes) <= set(LANES) or len(set(lanes)) != len(lanes):
+            raise SettingsError(f"{name} must name distinct lanes among cpu, gpu, got {raw!r}")
+        return lanes
+
+    return parse
+
+
 def _rate_limit(name: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         from limits import parse_many
@@ -394,10 +408,13 @@ class Settings:
     alert_interval: int = 300
     faults: tuple[str, ...] = ()
     # The gpu lane's elasticity: devices (empty: every CUDA device found), the idle time
-    # after which beat stops a gpu worker (0: never, an outside autoscaler such as KEDA
-    # does), cpu workers the fleet keeps up per machine.
+    # after which a gpu worker is stopped (0: never) and who stops it: beat, or something
+    # outside (KEDA's cool-down, or nothing where compose keeps it up); routing charges
+    # that idle time to a job that starts gpu workers either way. Then the cpu workers the
+    # fleet keeps up per machine.
     gpu_devices: tuple[str, ...] = ()
     gpu_idle_timeout: int = 300
+    gpu_scale_down: str = "beat"
     cpu_workers: int = 1
     # Seconds within which each account type expects a batch job done (cost routing).
     deadline_standard: int = 900
@@ -431,17 +448,21 @@ class Settings:
     sync_max_items: int = 32
     sync_timeout: float = 2.0
     sync_max_wait: float = 30.0
-    interactive_lane: str = "cpu"
+    # Where the web app sends interactive requests: `auto` is the gpu lane's interactive
+    # queue while a live worker serves it, else the cpu lane's.
+    interactive_lane: str = "auto"
+    # The lanes `laneway fleet` keeps an interactive worker for; () is cpu, plus gpu on a
+    # machine with a CUDA device.
+    interactive_lanes: tuple[str, ...] = ()
     interactive_threads: int = 32
     batch_max: int = 64
     batch_wait_ms: float = 50.0
     cache_ttl: int = 300
     batch_nice: int = 10
+    # The longest a cpu-lane batch worker waits, before each micro-batch, while an
+    # interactive worker on its host is busy (laneway/yielding.py); 0: it never waits.
+    batch_yield_max: float = 10.0
     web_threads: int = 16
-
-    @property
-    def interactive_queue(self) -> str:
-        return f"interactive.{self.interactive_lane}"
 
     def torch_threads_for(self, batch: bool) -> int:
         """Batch workers take one torch thread fewer, so interactive work finds a core."""
@@ -488,6 +509,10 @@ class Settings:
 
     def lane_limit(self, lane: str) -> int:
         return self.lane_limit_gpu if lane == "gpu" else self.lane_limit_cpu
+
+    @property
+    def beat_stops_gpu_workers(self) -> bool:
+        return self.gpu_scale_down == "beat" and self.gpu_idle_timeout > 0
 
     @property
     def worker_dead_after(self) -> int:
@@ -571,6 +596,10 @@ class Settings:
             "faults": ("LANEWAY_FAULTS", _faults("LANEWAY_FAULTS")),
             "gpu_devices": ("LANEWAY_GPU_DEVICES", _devices("LANEWAY_GPU_DEVICES")),
             "gpu_idle_timeout": ("LANEWAY_GPU_IDLE_TIMEOUT", _int("LANEWAY_GPU_IDLE_TIMEOUT", 0)),
+            "gpu_scale_down": (
+                "LANEWAY_GPU_SCALE_DOWN",
+                _choice("LANEWAY_GPU_SCALE_DOWN", ("beat", "external")),
+            ),
             "cpu_workers": ("LANEWAY_CPU_WORKERS", _int("LANEWAY_CPU_WORKERS", 0)),
             "deadline_standard": (
                 "LANEWAY_DEADLINE_STANDARD",
@@ -589,7 +618,11 @@ class Settings:
             "sync_max_wait": ("LANEWAY_SYNC_MAX_WAIT", _float("LANEWAY_SYNC_MAX_WAIT")),
             "interactive_lane": (
                 "LANEWAY_INTERACTIVE_LANE",
-                _choice("LANEWAY_INTERACTIVE_LANE", LANES),
+                _choice("LANEWAY_INTERACTIVE_LANE", ("auto", *LANES)),
+            ),
+            "interactive_lanes": (
+                "LANEWAY_INTERACTIVE_LANES",
+                _lanes("LANEWAY_INTERACTIVE_LANES"),
             ),
             "interactive_threads": (
                 "LANEWAY_INTERACTIVE_THREADS",
@@ -599,6 +632,7 @@ class Settings:
             "batch_wait_ms": ("LANEWAY_BATCH_WAIT_MS", _float("LANEWAY_BATCH_WAIT_MS")),
             "cache_ttl": ("LANEWAY_CACHE_TTL", _int("LANEWAY_CACHE_TTL", 0)),
             "batch_nice": ("LANEWAY_BATCH_NICE", _nice("LANEWAY_BATCH_NICE")),
+            "batch_yield_max": ("LANEWAY_BATCH_YIELD_MAX", _float("LANEWAY_BATCH_YIELD_MAX")),
             "web_threads": ("LANEWAY_WEB_THREADS", _int("LANEWAY_WEB_THREADS", 1)),
             "metrics": ("LANEWAY_METRICS", _bool("LANEWAY_METRICS")),
             "flower_port": ("LANEWAY_FLOWER_PORT", _int("LANEWAY_FLOWER_PORT", 1)),

@@ -20,7 +20,7 @@ from celery.signals import (
 from kombu import Queue
 
 from laneway.logsafe import install_redaction
-from laneway.settings import LANES, Settings, get_settings
+from laneway.settings import GPU_QUEUES, INTERACTIVE_PREFIX, LANES, Settings, get_settings
 from tasks.backend import backend_url
 from tasks.base import visibility_timeout
 
@@ -32,7 +32,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # backlog of chunks. `laneway worker cpu` consumes it beside `cpu`.
 MAINTENANCE_QUEUE = "maintenance"
 # Interactive requests (issue 6): a queue per lane that batch chunks never use.
-INTERACTIVE_QUEUES = tuple(f"interactive.{lane}" for lane in LANES)
+INTERACTIVE_QUEUES = tuple(INTERACTIVE_PREFIX + lane for lane in LANES)
 QUEUES = (*LANES, MAINTENANCE_QUEUE, *INTERACTIVE_QUEUES)
 # The tasks that occupy a lane's worker: a worker running none of them is idle.
 CHUNK_TASKS = frozenset(
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    return {
+    config = {
         "broker_url": settings.redis_url,
         "result_backend": backend_url(settings.redis_url),
         "broker_connection_retry_on_startup": True,
@@ -79,6 +79,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # Each worker also consumes a queue of its own (`<node>.dq`): the device health
         # check is sent to one worker.
         "worker_direct": True,
+        # Touches a heartbeat file on every tick, for `laneway probe beat` (tasks/beat.py).
+        "beat_scheduler": "tasks.beat:HeartbeatScheduler",
         "beat_schedule": {
             # Expiry bounds the pile-up while no worker serves the maintenance queue; it is
             # generous because a busy cpu worker takes maintenance tasks between chunks.
@@ -86,11 +88,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
                 "task": "laneway.reconcile",
                 "schedule": float(settings.reconcile_interval),
                 "options": {"expires": float(max(60, 3 * settings.reconcile_interval))},
-            },
-            "scale-down": {
-                "task": "laneway.scale_down",
-                "schedule": float(scale_down_interval(settings)),
-                "options": {"expires": 60.0},
             },
             "lane-stats": {
                 "task": "laneway.lane_stats",
@@ -104,12 +101,18 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             },
         },
     }
+    if settings.beat_stops_gpu_workers:
+        config["beat_schedule"]["scale-down"] = {
+            "task": "laneway.scale_down",
+            "schedule": float(scale_down_interval(settings)),
+            "options": {"expires": 60.0},
+        }
+    return config
 
 
 def scale_down_interval(settings: Settings) -> int:
     """How often beat looks for idle gpu workers: often enough to honour the idle timeout."""
-    idle = settings.gpu_idle_timeout or settings.reconcile_interval
-    return max(1, min(settings.reconcile_interval, idle // 2))
+    return max(1, min(settings.reconcile_interval, settings.gpu_idle_timeout // 2))
 
 
 def make_celery(settings: Settings | None = None) -> Celery:
@@ -164,7 +167,7 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
     settings = get_settings()
     queues = sorted(instance.app.amqp.queues.consume_from or {})
     device = None
-    if "gpu" in queues:
+    if GPU_QUEUES & set(queues):
         try:
             device = check_lane("gpu", settings)
         except LaneError as exc:
@@ -184,10 +187,13 @@ def worker_queues() -> list[str] | None:
 
 @worker_ready.connect
 def _start_heartbeat(**_: Any) -> None:
+    from tasks.interactive import activity, is_interactive
     from workers.registry import start_heartbeat
 
     if _worker:
-        start_heartbeat(**_worker)
+        # The interactive worker runs no chunk task: its batcher says when it is busy.
+        busy = activity if is_interactive(_worker["queues"]) else None
+        start_heartbeat(**_worker, activity=busy)
 
 
 @worker_shutdown.connect

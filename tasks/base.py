@@ -43,7 +43,8 @@ def chunk_time_limits(chunk_timeout: int) -> dict[str, int]:
 
 
 def visibility_timeout(chunk_timeout: int) -> int:
-    """Redis redelivers an unacknowledged message after this many seconds. A reserved
-    message waits for at most the chunk before it (prefetch 1) and then runs one chunk, so
-    the timeout must exceed two hard limits, or running chunks would be delivered twice."""
+    """Redis redelivers an unacknowledged message after this many seconds. A chunk retried
+    with a countdown (60 s at most) is held beside the chunk its worker runs, waits for it,
+    then runs: the timeout must exceed two hard limits and the countdown, or running
+    chunks would be delivered twice."""
     return 2 * chunk_timeout + 60

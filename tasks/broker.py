@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,17 +44,36 @@ def _loads(raw: bytes | str) -> Any:
         return None
 
 
+def lane_depths(r: redis.Redis, queues: Iterable[str]) -> dict[str, dict[str, int]]:
+    """Per queue: messages waiting in it, delivered to workers from it, and both together.
+    One round trip, and `unacked` (every delivered message of every queue) read once."""
+    queues = list(queues)
+    with r.pipeline(transaction=False) as pipe:
+        for queue in queues:
+            for key in queue_keys(queue):
+                pipe.llen(key)
+        pipe.hvals(UNACKED)
+        *replies, unacked = pipe.execute()
+    delivered: Counter[str] = Counter()
+    for raw in unacked:
+        entry = _loads(raw)
+        if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], str):
+            delivered[entry[2]] += 1
+    lengths = iter(replies)
+    depths = {}
+    for queue in queues:
+        queued = sum(next(lengths) for _ in queue_keys(queue))
+        depths[queue] = {
+            "queued": queued,
+            "delivered": delivered[queue],
+            "depth": queued + delivered[queue],
+        }
+    return depths
+
+
 def lane_depth(r: redis.Redis, queue: str) -> dict[str, int]:
     """Messages waiting in `queue`, delivered to workers from it, and both together."""
-    with r.pipeline(transaction=False) as pipe:
-        for key in queue_keys(queue):
-            pipe.llen(key)
-        queued = sum(pipe.execute())
-    delivered = 0
-    for raw in r.hvals(UNACKED):
-        entry = _loads(raw)
-        delivered += isinstance(entry, list) and len(entry) == 3 and entry[2] == queue
-    return {"queued": queued, "delivered": delivered, "depth": queued + delivered}
+    return lane_depths(r, [queue])[queue]
 
 
 @dataclass

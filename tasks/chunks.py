@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +34,12 @@ from db.session import session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes
 from laneway import metrics
-from laneway.cache import ResultCache, cached_compute
+from laneway.cache import CachePlan, ResultCache, cached_compute
 from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
 from laneway.settings import get_settings
+from laneway.yielding import StepAside
 from tasks.base import TRANSIENT_ERRORS, LanewayTask
 from tasks.dispatch import send_chunks
 from tasks.lifecycle import (
@@ -68,6 +69,7 @@ class Work:
     labels: list[str]
     items: list[tuple[int, str, str]]
     attempts: int
+    lane: str
 
     @property
     def texts(self) -> list[str]:
@@ -113,7 +115,8 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
                 chunk.worker = task.request.hostname
             mark_job_running(session, job.id)
             items = [(i.idx, i.item_id, i.text) for i in chunk_items(session, chunk)]
-            work = Work(chunk.id, job.id, list(job.tasks), list(job.labels), items, chunk.attempts)
+            tasks, labels = list(job.tasks), list(job.labels)
+            work = Work(chunk.id, job.id, tasks, labels, items, chunk.attempts, chunk.queue)
         job_id = job.id
     if halves:
         send_chunks(halves)
@@ -177,8 +180,7 @@ def _finish(
         for name, value in fields.items():
             setattr(chunk, name, value)
         letters = record_dead_letters(session, chunk, failed, len(rows), work.attempts)
-        lane, model_seconds = chunk.queue, chunk.model_seconds
-    metrics.record_chunk(lane, len(rows), len(failed), model_seconds, get_settings().batch_size)
+    metrics.record_items(work.lane, len(rows), len(failed))
     if letters:
         dead_letter_alert(work.job_id, letters, failed[0][2].error)
     settle(work.job_id)
@@ -200,14 +202,29 @@ class CancelWatch:
     """Asked before each micro-batch: has the job been cancelled? The Redis flag answers
     at once; the database, the truth should Redis have been emptied, every few seconds."""
 
-    def __init__(self, job_id: uuid.UUID, db_every: float = 2.0) -> None:
+    def __init__(self, job_id: uuid.UUID, db_every: float = 2.0, step_aside: bool = False):
         self.job_id = job_id
         self.db_every = db_every
         self.key = cancel_key(job_id)
-        self.redis = redis_client(get_settings())
+        settings = get_settings()
+        self.redis = redis_client(settings)
         self.next_db = time.monotonic() + db_every
+        # A cpu-lane chunk also waits, before each micro-batch, while the host's
+        # interactive worker is busy (laneway/yielding.py).
+        self.step_aside = (
+            StepAside(self.redis, settings.batch_yield_max)
+            if step_aside and settings.batch_yield_max > 0
+            else None
+        )
+
+    @property
+    def paused(self) -> float:
+        """Seconds spent waiting for interactive work, inside the model stage."""
+        return self.step_aside.paused if self.step_aside is not None else 0.0
 
     def __call__(self) -> bool:
+        if self.step_aside is not None:
+            self.step_aside()
         try:
             if self.redis.exists(self.key):
                 return True
@@ -229,7 +246,7 @@ def _on_failure(
     task: Any,
     work: Work,
     exc: Exception,
-    run: Callable[[Sequence[str]], list[dict[str, Any]]],
+    run: Runner,
     started: float,
     **fields: Any,
 ) -> dict[str, Any]:
@@ -265,6 +282,7 @@ def _on_failure(
         return _cancelled(work)
     except SoftTimeLimitExceeded as late:
         return _on_failure(task, work, late, run, started, **fields)
+    metrics.record_model(work.lane, run.spent.model, run.spent.batches)
     log.warning(
         "chunk %s: %s of %s items fail (%s runs)",
         work.chunk_id,
@@ -276,14 +294,20 @@ def _on_failure(
     return _finish(work, found.outputs, found.failures, **fields)
 
 
-def _runner(work: Work) -> Callable[[Sequence[str]], list[dict[str, Any]]]:
-    """All three stages over some of the chunk's texts, with the faults a test injects."""
-    pipeline, check = get_pipeline(), model_stage_check(get_settings())
+class Runner:
+    """All three stages over some of the chunk's texts, with the faults a test injects;
+    `spent` adds up the stages' seconds and the model's micro-batches over its runs."""
 
-    def run(texts: Sequence[str]) -> list[dict[str, Any]]:
-        return pipeline.run(texts, work.tasks, work.labels, before_model=check)[0]
+    def __init__(self, work: Work) -> None:
+        self.work = work
+        self.pipeline, self.check = get_pipeline(), model_stage_check(get_settings())
+        self.spent = StageTimes()
 
-    return run
+    def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
+        work = self.work
+        outputs, times = self.pipeline.run(texts, work.tasks, work.labels, before_model=self.check)
+        self.spent.add(times)
+        return outputs
 
 
 _caches: dict[int, ResultCache] = {}
@@ -299,17 +323,10 @@ def _chunk_cache() -> ResultCache:
 
 def _cached_run(work: Work) -> tuple[list[dict[str, Any]], StageTimes]:
     """All three stages over the chunk's texts that the result cache lacks (identical
-    texts once), storing what it computed."""
-    pipeline, check = get_pipeline(), model_stage_check(get_settings())
-    times = StageTimes()
-
-    def compute(texts: Sequence[str]) -> list[dict[str, Any]]:
-        nonlocal times
-        outputs, times = pipeline.run(texts, work.tasks, work.labels, before_model=check)
-        return outputs
-
-    outputs, _ = cached_compute(_chunk_cache(), work.tasks, work.labels, work.texts, compute)
-    return outputs, times
+    texts once), storing what it computed; zero times when the cache had every text."""
+    run = Runner(work)
+    outputs, _ = cached_compute(_chunk_cache(), work.tasks, work.labels, work.texts, run)
+    return outputs, run.spent
 
 
 @shared_task(name="laneway.run_chunk", bind=True, base=LanewayTask)
@@ -321,11 +338,18 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     settings = get_settings()
     device = model_device(settings)
     started = time.perf_counter()
+    watch = CancelWatch(work.job_id, step_aside=True)
     try:
-        with interruptible(CancelWatch(work.job_id)):
+        with interruptible(watch):
             outputs, times = _cached_run(work)
     except Exception as exc:
-        return _on_failure(self, work, exc, _runner(work), started, device=device)
+        return _on_failure(self, work, exc, Runner(work), started, device=device)
+    finally:
+        if watch.paused:
+            log.info("chunk %s stepped aside %.2f s for interactive work", chunk_id, watch.paused)
+    # The waits fell between micro-batches: the model stage neither ran nor cost then.
+    times.model = max(0.0, times.model - watch.paused)
+    metrics.record_model(work.lane, times.model, times.batches)
     return _finish(
         work,
         outputs,
@@ -349,13 +373,22 @@ def prep_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         return {"chunk": chunk_id, "skipped": True}
     started = time.perf_counter()
     try:
-        staged = get_pipeline().pre(work.texts, work.tasks)
+        # The chunk's distinct texts the result cache lacks; the rest is known already.
+        plan = CachePlan.make(_chunk_cache(), work.tasks, work.labels, work.texts)
+        if not plan.todo:  # all cached: the chunk ends here, its later stages skip it
+            outputs = plan.outputs([])
+            return _finish(work, outputs, None, pre_seconds=time.perf_counter() - started)
+        staged = get_pipeline().pre(plan.todo, work.tasks)
     except Exception as exc:
-        return _on_failure(self, work, exc, _runner(work), started)
+        return _on_failure(self, work, exc, Runner(work), started)
     blob = staged.to_bytes("prepared")
-    redis_client(get_settings()).set(_key(chunk_id, "prepared"), blob, ex=HANDOFF_TTL)
+    # Both in one transaction: the tokens cover exactly the plan's texts to compute.
+    pipe = redis_client(get_settings()).pipeline(transaction=True)
+    pipe.set(_key(chunk_id, "prepared"), blob, ex=HANDOFF_TTL)
+    pipe.set(_key(chunk_id, "plan"), plan.to_json(), ex=HANDOFF_TTL)
+    pipe.execute()
     _hand_on(work, "model", pre_seconds=time.perf_counter() - started)
-    return {"chunk": chunk_id, "prepared_bytes": len(blob)}
+    return {"chunk": chunk_id, "prepared_bytes": len(blob), "computed": len(plan.todo)}
 
 
 @shared_task(name="laneway.model_chunk", bind=True, base=LanewayTask)
@@ -382,8 +415,9 @@ def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
                 check(work.texts)
             pipeline.model(staged, work.labels)
     except Exception as exc:
-        return _on_failure(self, work, exc, _runner(work), started, device=device)
+        return _on_failure(self, work, exc, Runner(work), started, device=device)
     model_seconds = time.perf_counter() - started
+    metrics.record_model(work.lane, model_seconds, staged.batches)
     r.set(_key(chunk_id, "raw"), staged.to_bytes("raw"), ex=HANDOFF_TTL)
     _hand_on(work, "post", device=device, model_seconds=model_seconds)
     return {"chunk": chunk_id, "model_seconds": model_seconds}
@@ -398,21 +432,33 @@ def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     pipeline, r = get_pipeline(), redis_client(get_settings())
     started = time.perf_counter()
     try:
-        prepared, raw = r.get(_key(chunk_id, "prepared")), r.get(_key(chunk_id, "raw"))
+        keys = [_key(chunk_id, part) for part in ("prepared", "raw", "plan")]
+        prepared, raw, planned = r.mget(keys)
+        todo: Sequence[str] = []
+        computed: list[dict[str, Any]] = []
         if prepared is None or raw is None:
-            # A hand-off was lost: compute the chunk here rather than lose it.
+            # A hand-off was lost: compute the chunk here rather than lose it (the cache
+            # is read and filled on the way).
             log.warning("chunk %s: stage hand-off missing, running every stage here", chunk_id)
             with interruptible(CancelWatch(work.job_id)):
-                outputs = _runner(work)(work.texts)
+                outputs, spent = _cached_run(work)
+            metrics.record_model(work.lane, spent.model, spent.batches)
         else:
             staged = Staged(work.tasks)
             staged.load("prepared", prepared)
             staged.load("raw", raw)
-            outputs = pipeline.post(staged, work.texts, work.labels)
+            if planned is None:
+                # Prepared before cache plans existed: its tokens cover every text.
+                todo = work.texts
+                outputs = computed = pipeline.post(staged, todo, work.labels)
+            else:
+                plan = CachePlan.from_json(work.texts, planned)
+                todo = plan.todo
+                computed = pipeline.post(staged, todo, work.labels)
+                outputs = plan.outputs(computed)
     except Exception as exc:
-        return _on_failure(self, work, exc, _runner(work), started)
+        return _on_failure(self, work, exc, Runner(work), started)
     result = _finish(work, outputs, None, post_seconds=time.perf_counter() - started)
-    r.delete(_key(chunk_id, "prepared"), _key(chunk_id, "raw"))
-    # The gpu lane fills the result cache too (its stages are split, so it does not read it).
-    _chunk_cache().put(work.tasks, work.labels, work.texts, outputs)
+    r.delete(*keys)
+    _chunk_cache().put(work.tasks, work.labels, todo, computed)
     return result

@@ -25,10 +25,11 @@ from laneway.settings import LANES, Settings, get_settings
 from tasks.alerts import raise_alert
 from tasks.app import QUEUES
 from tasks.base import LanewayTask
-from tasks.broker import lane_depth, snapshot
+from tasks.broker import lane_depths, snapshot
 from tasks.dispatch import chunk_task_ids, send_chunks
 from tasks.inbox import resend_lost_outbox
 from tasks.lifecycle import attempt_limit, exhaust_chunk, release_held_jobs, settle
+from workers.registry import HEARTBEAT_LOST
 
 log = logging.getLogger(__name__)
 # Seconds past a chunk's hard time limit before it can no longer be running.
@@ -61,7 +62,7 @@ def mark_dead_workers(settings: Settings) -> list[str]:
             session.execute(
                 update(Worker)
                 .where(Worker.id.in_(dead))
-                .values(stopped_at=Worker.last_seen_at, stop_reason="heartbeat lost")
+                .values(stopped_at=Worker.last_seen_at, stop_reason=HEARTBEAT_LOST)
             )
     return dead
 
@@ -160,7 +161,7 @@ def depth_alerts(settings: Settings | None = None) -> dict[str, int]:
     """Each lane's depth; alert for those above LANEWAY_ALERT_DEPTH."""
     settings = settings or get_settings()
     r = redis_client(settings)
-    depths = {lane: lane_depth(r, lane)["depth"] for lane in LANES}
+    depths = {lane: found["depth"] for lane, found in lane_depths(r, LANES).items()}
     for lane, depth in depths.items():
         if depth > settings.alert_depth:
             raise_alert(

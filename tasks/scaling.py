@@ -2,7 +2,8 @@
 
 Scale to zero: `laneway.scale_down` asks each gpu worker idle for longer than
 LANEWAY_GPU_IDLE_TIMEOUT to shut down warm, through Celery remote control, after checking
-that it runs nothing. Scale from zero is the fleet supervisor's (laneway/fleet.py): it
+that it runs nothing (unless LANEWAY_GPU_SCALE_DOWN=external: then something else stops
+them, such as KEDA). Scale from zero is the fleet supervisor's (laneway/fleet.py): it
 starts gpu workers when the gpu lane's depth is above zero.
 
 Routing from measured costs reads `laneway.lane_stats`: throughput and seconds per item of
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis
@@ -27,7 +28,7 @@ from laneway.planner import LaneStats, LiveLanes
 from laneway.redis_conn import redis_client
 from laneway.settings import Settings, get_settings
 from tasks.base import LanewayTask
-from tasks.broker import lane_depth
+from tasks.broker import lane_depths
 from workers.devices import model_device
 from workers.health import device_check
 from workers.registry import record_event
@@ -43,9 +44,12 @@ COLD_STARTS_AVERAGED = 10
 # --- scale to zero -------------------------------------------------------------------
 
 
-def alive_workers(settings: Settings, lane: str | None = None) -> list[Worker]:
-    """Worker processes beating now (optionally: those consuming `lane`)."""
-    since = utcnow() - timedelta(seconds=settings.worker_dead_after)
+def alive_workers(
+    settings: Settings, lane: str | None = None, since: datetime | None = None
+) -> list[Worker]:
+    """Worker processes beating now, or heard from since `since` (optionally: those
+    consuming `lane`)."""
+    since = since or utcnow() - timedelta(seconds=settings.worker_dead_after)
     with session_scope(settings) as session:
         workers = session.scalars(
             select(Worker).where(Worker.stopped_at.is_(None), Worker.last_seen_at >= since)
@@ -77,8 +81,8 @@ def scale_down(settings: Settings | None = None) -> list[str]:
     from tasks.app import app
 
     settings = settings or get_settings()
-    if settings.gpu_idle_timeout == 0:
-        return []  # scaling is left to an outside autoscaler (KEDA, in deploy/k8s)
+    if not settings.beat_stops_gpu_workers:
+        return []  # an outside autoscaler stops them (KEDA, in deploy/k8s), or nothing does
     stopped = []
     for worker, seconds in idle_gpu_workers(settings):
         if not _holds_nothing(app, worker.hostname):
@@ -233,7 +237,8 @@ def live_lanes(settings: Settings) -> LiveLanes:
     try:
         r = redis_client(settings)
         backlog = {
-            lane: lane_depth(r, lane)["depth"] * settings.chunk_size for lane in ("cpu", "gpu")
+            lane: found["depth"] * settings.chunk_size
+            for lane, found in lane_depths(r, ("cpu", "gpu")).items()
         }
     except redis.RedisError:
         backlog = {"cpu": 0, "gpu": 0}

@@ -71,9 +71,10 @@ def pytest_configure(config: pytest.Config) -> None:
         LANEWAY_ROUTING="threshold",
         LANEWAY_TORCH_THREADS="1",
         # The interactive path (issue 6): no result cache (tests that want it turn it on),
-        # and batch workers at normal priority.
+        # and batch workers at normal priority that never step aside for interactive work.
         LANEWAY_CACHE_TTL="0",
         LANEWAY_BATCH_NICE="0",
+        LANEWAY_BATCH_YIELD_MAX="0",
         HF_HUB_OFFLINE="1",
     )
     os.environ.pop("LANEWAY_GPU_FALLBACK", None)

@@ -110,22 +110,27 @@ def _sync(task: str) -> Response:
     cached = results is not None
     if results is None and wait <= 0:
         return _applied(_as_job(settings, tasks, labels, items), wait)
+    lane = None
     if results is None:
         req = ia.new_request(tasks, labels, items, keep=False)
+        lane = ia.lane_for(settings)
         try:
-            ia.send(req, settings, expires=wait + 5)
+            ia.send(req, settings, lane, expires=wait + 5)
             sent = time.perf_counter()
             body = ia.wait_answer(ia.blocking_client(settings), req.id, wait)
             waited = time.perf_counter() - sent
         except Exception:  # noqa: BLE001 - the broker is away: the job path stores it
             body = None
         if body is None:
+            ia.missed(settings, lane)
             return _applied(_as_job(settings, tasks, labels, items), wait)
         results = body["output"] or []
         if body["status"] == ia.FAILURE and not results:
             return error_response(503, "inference_failed", body.get("error", "failed"))
     total = time.perf_counter() - started
-    response = jsonify(task=task, results=results, cached=cached, seconds=round(total, 4))
+    response = jsonify(
+        task=task, results=results, cached=cached, lane=lane, seconds=round(total, 4)
+    )
     if not cached:
         response.headers["Server-Timing"] = ia.server_timing(body, waited, total)
     return _applied(response, wait)
@@ -153,7 +158,7 @@ def submit_inference() -> Response:
     req = ia.new_request(tasks, labels, items, keep=True)
     r = ia.blocking_client(settings)
     r.set(ia.owner_key(req.id), str(g.account.id), ex=ia.RESULT_TTL)
-    ia.send(req, settings)
+    ia.send(req, settings, ia.lane_for(settings))
     link = url_for("interactive.get_result", task_id=req.id)
     response = jsonify(task_id=req.id, status=ia.PENDING, links={"result": link})
     response.status_code = 202

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import secrets
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -42,18 +43,31 @@ def secret_key(settings: Settings) -> str:
     path = Path(settings.home) / "secret_key"
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        # O_EXCL: of several workers starting at once, exactly one writes the key.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        for _ in range(50):  # another process created it and may still be writing
-            key = path.read_text().strip()
-            if key:
-                return key
-            time.sleep(0.02)
-        raise RuntimeError(f"{path} is empty: delete it, or set LANEWAY_SECRET_KEY") from None
-    key = secrets.token_urlsafe(48)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(key + "\n")
+        return _read_key(path)
+    except FileNotFoundError:
+        pass
+    # Written whole under a temporary name, then linked into place: the name appears only
+    # with the whole key behind it, and of several processes starting at once the first
+    # link wins and the others read its key.
+    fd, tmp = tempfile.mkstemp(prefix=".secret_key.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(48) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> str:
+    key = path.read_text().strip()
+    if not key:
+        raise RuntimeError(f"{path} is empty: delete it, or set LANEWAY_SECRET_KEY")
     return key
 
 
@@ -118,9 +132,10 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
         swallow_errors=True,
     )
     limiter.init_app(app)
-    # Load balancers poll health: it must never be refused.
-    limiter.exempt(app.view_functions["ops.healthz"])
-    limiter.exempt(app.view_functions["ops.metrics"])
+    # Load balancers, probes, Prometheus and KEDA poll these, all from few addresses and
+    # without a key: they must never be refused.
+    for view in ("ops.livez", "ops.healthz", "ops.metrics", "ops.lanes"):
+        limiter.exempt(app.view_functions[view])
     # Before the CSRF check, which cannot read a form with a nameless part (a 500).
     app.before_request(_refuse_nameless_parts)
     csrf = CSRFProtect(app)

@@ -113,9 +113,10 @@ def _load_in_child(**_: Any) -> None:
             log.warning("could not record the worker as ready: %s", type(exc).__name__)
 
 
-def check_device_or_stop() -> None:
-    """A gpu worker proves its device works before it takes a chunk: a small tensor
-    operation on it. On failure the whole worker stops, and its supervisor sees why."""
+def check_device_or_stop(worker_pid: int | None = None) -> None:
+    """A worker pinned to a GPU proves its device works before it takes work: a small
+    tensor operation on it. On failure the whole worker (the pool's parent, or
+    `worker_pid`) stops, and its supervisor sees why."""
     import signal
 
     from workers.health import device_check
@@ -129,4 +130,4 @@ def check_device_or_stop() -> None:
         log.info("device check passed: %s", report)
         return
     log.critical("device check failed, stopping the worker: %s", report)
-    os.kill(os.getppid(), signal.SIGTERM)
+    os.kill(worker_pid or os.getppid(), signal.SIGTERM)

@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,15 +27,19 @@ from sqlalchemy import update
 from db.models import Worker, WorkerEvent
 from db.queries import aware, utcnow
 from db.session import session_scope
-from laneway.settings import Settings, get_settings
+from laneway.settings import GPU_QUEUES, Settings, get_settings
 
 log = logging.getLogger(__name__)
 # Set by whoever starts the worker (the fleet), read by the worker and its pool children.
 ENV_INSTANCE = "LANEWAY_WORKER_INSTANCE"
 ENV_START_REASON = "LANEWAY_START_REASON"
 ENV_WAITING_SINCE = "LANEWAY_WORK_WAITING_SINCE"
+# The stop reason of a worker the reconciler found silent (not a stop it announced).
+HEARTBEAT_LOST = "heartbeat lost"
 # Idle periods shorter than this (the gap between two chunks) are not worth a row.
 MIN_IDLE_RECORDED = 1.0
+# Tasks or requests running now, and since when there have been some (or none).
+Activity = tuple[int, datetime]
 
 _state: dict[str, Any] = {}
 
@@ -67,7 +71,8 @@ def _waiting_since() -> datetime | None:
 
 def register(instance: str, hostname: str, queues: Sequence[str], device: str | None) -> None:
     now = utcnow()
-    gpu = os.environ.get("CUDA_VISIBLE_DEVICES") if "gpu" in queues else None
+    pinned = GPU_QUEUES & set(queues)
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES") if pinned else None
     with session_scope() as session:
         session.merge(
             Worker(
@@ -117,6 +122,8 @@ def task_started(instance: str) -> None:
                         detail={"from": idle_since.isoformat(), "seconds": round(idle, 3)},
                     )
                 )
+        if worker.running_tasks == 0:
+            worker.busy_since = now
         worker.running_tasks += 1
 
 
@@ -137,9 +144,34 @@ def task_finished(instance: str) -> None:
                 worker.cold_start_seconds = round((now - waiting).total_seconds(), 3)
 
 
-def beat(instance: str) -> None:
+def beat(instance: str, activity: Activity | None = None) -> None:
+    """The heartbeat; with `activity` (requests in flight and since when there have been
+    some or none), also the worker's busy or idle state. A worker the reconciler gave up
+    on (its link was cut, its host froze) that beats again is alive: without this its
+    later chunks would look orphaned and be sent again (harmless to results, but every
+    one computed twice)."""
+    values: dict[str, Any] = {"last_seen_at": utcnow()}
+    if activity is not None:
+        running, since = activity
+        values["running_tasks"] = running
+        values["busy_since" if running else "idle_since"] = since
     with session_scope() as session:
-        session.execute(update(Worker).where(Worker.id == instance).values(last_seen_at=utcnow()))
+        found = session.execute(
+            update(Worker)
+            .where(Worker.id == instance)
+            .values(**values)
+            .returning(Worker.stop_reason, Worker.hostname)
+        ).first()
+        revived = found is not None and found.stop_reason == HEARTBEAT_LOST
+        if revived:
+            session.execute(
+                update(Worker)
+                .where(Worker.id == instance)
+                .values(stopped_at=None, stop_reason=None)
+            )
+            session.add(WorkerEvent(worker_id=instance, hostname=found.hostname, kind="revived"))
+    if revived:
+        log.warning("worker %s beats again after its heartbeat was declared lost", instance)
 
 
 def stopped(instance: str, reason: str) -> None:
@@ -173,9 +205,12 @@ def start_heartbeat(
     queues: Sequence[str],
     device: str | None,
     settings: Settings | None = None,
+    activity: Callable[[], Activity | None] | None = None,
 ) -> threading.Event:
     """Register the worker and beat every `worker_heartbeat` seconds until the event is set.
 
+    A worker that runs no chunk task (the interactive one) passes `activity`: each beat
+    also writes whether it is busy and since when, so its state costs no write per request.
     Database outages are logged and ridden out: the thread keeps trying, and the reconciler
     (which needs the same database) cannot act on a missed beat meanwhile anyway.
     """
@@ -190,7 +225,7 @@ def start_heartbeat(
                     register(instance, hostname, queues, device)
                     registered = True
                 else:
-                    beat(instance)
+                    beat(instance, activity() if activity is not None else None)
             except Exception as exc:  # noqa: BLE001 - never let the heartbeat thread die
                 log.warning("worker heartbeat failed: %s", type(exc).__name__)
             stop.wait(settings.worker_heartbeat)

@@ -53,9 +53,11 @@ def test_no_key_or_password_in_any_log_or_answer(settings, migrated, account_fac
 
         def done() -> bool:
             status = httpx.get(f"{url}/v1/jobs/{job['id']}", headers=bearer).json()["status"]
-            return status == "succeeded"
+            # The job is final as soon as the chunk has written it, a moment before the
+            # worker logs the task's success: stopped in between, the log would lack it.
+            return status == "succeeded" and "succeeded in" in worker.log.read_text()
 
-        wait_for(done, 120, "the job to succeed", [web, worker])
+        wait_for(done, 120, "the job to succeed and its task to log it", [web, worker])
     finally:
         worker.stop()
         web.stop()
@@ -64,7 +66,7 @@ def test_no_key_or_password_in_any_log_or_answer(settings, migrated, account_fac
     # The logs are not empty: they show the requests and the task, with secrets masked.
     assert '"GET /v1/account?api_key=' + key[:15] + '_*** HTTP/1.1" 401' in logs["web"]
     assert '/v1/jobs HTTP/1.1" 202' in logs["web"]
-    assert "redis://default:**@" in logs["secrets"] and "succeeded in" in logs["secrets"]
+    assert "redis://default:**@" in logs["secrets"], worker.tail()
     for where, text in [*logs.items(), *((a.url, a.text) for a in answers)]:
         for leaked in (secret, wrong.split("_", 2)[2], db_password, redis_password):
             assert leaked not in text, f"{leaked[:6]}... appears in {where}"

@@ -21,6 +21,19 @@ def test_healthz(client):
     assert response.json == {"status": "ok", "database": "ok", "redis": "ok"}
 
 
+def test_livez_answers_while_the_database_and_redis_do_not(make_app):
+    # Nothing listens on port 1. A liveness probe that restarted web processes for this
+    # would mend nothing; readiness (/healthz) takes them out of the load balancer instead.
+    app = make_app(
+        database_url="postgresql+psycopg://laneway@127.0.0.1:1/laneway",
+        redis_url="redis://127.0.0.1:1/0",
+    )
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 503
+    live = client.get("/livez")
+    assert live.status_code == 200 and live.json == {"status": "alive"}
+
+
 @pytest.mark.parametrize(
     "header",
     [None, "Bearer", "Bearer lw_deadbeef_nope", "Basic abc", "Bearer lw_\x00_nope", "Bearer é"],

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import redis
+from prometheus_client import REGISTRY
 from sqlalchemy import select
 
 from db.models import Result
@@ -47,3 +48,96 @@ def test_a_chunk_reads_and_fills_the_result_cache(cache_on, migrated):
     assert rows["k1"].output == rows["k3"].output and rows["k1"].label == "billing"
     (stored,) = cache.get(["classify"], LABELS, ["charged twice this month"])
     assert stored == rows["k1"].output
+
+
+def test_the_gpu_lane_computes_only_what_the_cache_lacks_and_each_text_once(cache_on, migrated):
+    from db.models import Chunk
+    from tasks.chunks import model_chunk, post_chunk, prep_chunk
+
+    cached_text = "my order arrived broken (cached, gpu lane)"
+    fresh = "I cannot log in to my account since yesterday"
+    texts = [cached_text, fresh, fresh, cached_text, fresh]
+    cache = ResultCache(redis.Redis.from_url(cache_on.redis_url), cache_on)
+    planted = {"label": "planted", "score": 0.5, "scores": {"shipping": 0.5, "billing": 0.1}}
+    cache.put(["classify"], LABELS, [cached_text], [planted])
+    job_id, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, lane="gpu", prefix="g")
+    prepared = prep_chunk.apply(args=(chunk_id,)).get()
+    # Five texts, one distinct one missing from the cache: the model sees it alone.
+    assert prepared["computed"] == 1, prepared
+    assert model_chunk.apply(args=(chunk_id,)).get()["model_seconds"] > 0
+    assert post_chunk.apply(args=(chunk_id,)).get()["items"] == 5
+    with session_scope(cache_on) as session:
+        rows = {
+            r.item_id: r for r in session.scalars(select(Result).where(Result.job_id == job_id))
+        }
+        assert session.get(Chunk, chunk_id).state == "done"
+    assert [rows[f"g{n}"].output == planted for n in range(5)] == [True, False, False, True, False]
+    assert rows["g1"].output == rows["g2"].output == rows["g4"].output
+    assert rows["g1"].label in LABELS
+    (stored,) = cache.get(["classify"], LABELS, [fresh])
+    assert stored == rows["g1"].output
+    # Nothing of the hand-off is left behind.
+    r = redis.Redis.from_url(cache_on.redis_url)
+    assert not r.keys(f"laneway:chunk:{chunk_id}:*")
+
+
+def test_a_gpu_chunk_the_cache_answers_whole_ends_at_prep(cache_on, migrated):
+    from db.models import Chunk
+    from tasks.chunks import model_chunk, post_chunk, prep_chunk
+
+    texts = ["refund my second charge (all cached)", "the box was empty (all cached)"]
+    cache = ResultCache(redis.Redis.from_url(cache_on.redis_url), cache_on)
+    planted = [
+        {"label": "billing", "score": 0.9, "scores": {"shipping": 0.1, "billing": 0.9}},
+        {"label": "shipping", "score": 0.8, "scores": {"shipping": 0.8, "billing": 0.2}},
+    ]
+    cache.put(["classify"], LABELS, texts, planted)
+    job_id, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, lane="gpu", prefix="c")
+    assert prep_chunk.apply(args=(chunk_id,)).get()["items"] == 2
+    with session_scope(cache_on) as session:
+        chunk = session.get(Chunk, chunk_id)
+        assert (chunk.state, chunk.model_seconds) == ("done", None)
+        found = session.scalars(select(Result).where(Result.job_id == job_id).order_by(Result.idx))
+        assert [r.output for r in found] == planted
+    # The chain's later messages find the chunk finished: no model runs for it.
+    assert model_chunk.apply(args=(chunk_id,)).get() == {"chunk": chunk_id, "skipped": True}
+    assert post_chunk.apply(args=(chunk_id,)).get() == {"chunk": chunk_id, "skipped": True}
+
+
+def _model_figures(lane: str) -> dict[str, float]:
+    """This process's model-stage figures for a lane: batches, texts in them, stages timed."""
+    labels = {"lane": lane}
+    return {
+        name: REGISTRY.get_sample_value(sample, labels) or 0.0
+        for name, sample in (
+            ("batches", "laneway_batch_size_count"),
+            ("texts", "laneway_batch_size_sum"),
+            ("stages", "laneway_model_stage_seconds_count"),
+            ("seconds", "laneway_model_stage_seconds_sum"),
+        )
+    }
+
+
+def test_batch_sizes_are_the_batches_the_model_ran_not_the_chunks_size(cache_on, migrated):
+    from tasks.chunks import run_chunk
+
+    cached_text = "where is my parcel (cached for the metrics test)"
+    fresh = ["refund the second charge please", "the courier left it at the wrong door"]
+    # Six items: one cached text twice, two texts to compute, each twice.
+    texts = [cached_text, fresh[0], fresh[1], cached_text, fresh[0], fresh[1]]
+    cache = ResultCache(redis.Redis.from_url(cache_on.redis_url), cache_on)
+    planted = {"label": "shipping", "score": 0.5, "scores": {"shipping": 0.5, "billing": 0.1}}
+    cache.put(["classify"], LABELS, [cached_text], [planted])
+    before = _model_figures("cpu")
+    _, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, prefix="m")
+    run_chunk.apply(args=(chunk_id,)).get()
+    after = _model_figures("cpu")
+    # One micro-batch of the two texts the cache lacked, not one of the chunk's six.
+    assert after["batches"] - before["batches"] == 1
+    assert after["texts"] - before["texts"] == 2
+    assert after["stages"] - before["stages"] == 1 and after["seconds"] > before["seconds"]
+
+    # Every text cached now: the model never ran, so nothing is recorded (no 0.0 stage).
+    _, (again,) = stored_job(cache_on, texts, labels=LABELS, prefix="n")
+    run_chunk.apply(args=(again,)).get()
+    assert _model_figures("cpu") == after

@@ -102,7 +102,7 @@ def test_a_late_duplicate_never_overwrites_a_finished_chunk(settings, gpu_chunk)
     with session_scope(settings) as session:  # a second copy read the chunk while open
         chunk = session.get(Chunk, chunk_id)
         items = [(i.idx, i.item_id, i.text) for i in chunk_items(session, chunk)]
-        duplicate = Work(chunk_id, job_id, ["classify"], ["a", "b"], items, 1)
+        duplicate = Work(chunk_id, job_id, ["classify"], ["a", "b"], items, 1, "cpu")
     for stage in (prep_chunk, model_chunk, post_chunk):
         stage.apply(args=(chunk_id,)).get()
     good = _results(settings, job_id)

@@ -4,8 +4,10 @@ asynchronous pair, per-item errors, a failing batch, dedup and the item limit.""
 
 from __future__ import annotations
 
+import re
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 
 import pytest
 import redis
@@ -13,8 +15,8 @@ from sqlalchemy import select
 
 from db.models import Job, JobItem
 from db.session import session_scope
-from laneway.settings import POISON_MARKER
-from tests.e2e.procs import BIN, start_worker
+from laneway.settings import POISON_MARKER, STALL_MARKER
+from tests.e2e.procs import BIN, start_worker, wait_for
 from tests.integration.conftest import auth
 
 pytestmark = pytest.mark.e2e
@@ -22,13 +24,18 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory, settings, migrated):
-    """One interactive worker for the module: poison faults on, the result cache on."""
+    """One interactive worker for the module: poison and stall faults on, the result cache
+    on, a heartbeat every second."""
     from tests.broker import empty_queues
 
     empty_queues(settings)  # earlier tests' interactive messages nobody waits for
     logdir = tmp_path_factory.mktemp("interactive")
     argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "interactive-it"]
-    env = {"LANEWAY_FAULTS": "poison", "LANEWAY_CACHE_TTL": "300"}
+    env = {
+        "LANEWAY_FAULTS": "poison,stall",
+        "LANEWAY_CACHE_TTL": "300",
+        "LANEWAY_WORKER_HEARTBEAT": "1",
+    }
     proc = start_worker("interactive-it", argv, logdir, env=env)
     yield proc
     proc.stop()
@@ -190,3 +197,161 @@ def test_too_many_items_is_a_400_naming_the_setting(client, account_factory):
     assert dup.status_code == 400 and "duplicate id" in dup.json["message"]
     assert client.post("/v1/embed", data="x", headers=auth(key)).status_code == 415
     assert client.post("/v1/embed", json={"items": []}, headers=auth(key)).status_code == 400
+
+
+def test_requests_go_to_a_live_gpu_interactive_worker_and_back_to_cpu_when_it_dies(
+    worker, client, settings, account_factory, tmp_path
+):
+    """Each lane has its interactive queue and worker: with LANEWAY_INTERACTIVE_LANE=auto
+    the web app sends to interactive.gpu while a worker serves it (here on the CPU
+    fallback, pinned to device 0 as on a GPU host), and to interactive.cpu once it is gone."""
+    import os
+    import signal
+
+    from db.models import Worker
+    from tests.e2e.procs import wait_for
+    from workers.registry import stopped
+
+    _, key = account_factory("standard")
+    t = tag()
+
+    def classify(n, wait=30):
+        return client.post(
+            "/v1/classify",
+            json={"items": [{"id": "1", "text": f"charged twice, refund me {n} {t}"}],
+                  "labels": ["billing", "shipping"]},
+            headers={**auth(key), "Prefer": f"wait={wait}"},
+        )  # fmt: skip
+
+    first = classify(0)
+    assert first.status_code == 200 and first.json["lane"] == "cpu", first.json
+    argv = [str(BIN / "laneway"), "worker", "interactive", "--lane", "gpu",
+            "--name", "interactive-gpu-it"]  # fmt: skip
+    gpu = start_worker("interactive-gpu-it", argv, tmp_path, env={"LANEWAY_GPU_FALLBACK": "cpu"})
+    instance = None
+    try:
+        with session_scope() as session:
+            row = session.scalars(
+                select(Worker).where(Worker.hostname.startswith("interactive-gpu-it@"))
+            ).one()
+            instance = row.id
+        # Registered on its queue alone, pinned to the first gpu device.
+        assert [q for q in row.queues if "@" not in q] == ["interactive.gpu"]
+        assert row.gpu_device == "0" and row.stopped_at is None
+        n = iter(range(1, 1000))
+        answered = wait_for(lambda: (r := classify(next(n))).json.get("lane") == "gpu" and r,
+                            30, "a request answered on the gpu lane", [gpu])  # fmt: skip
+        assert answered.status_code == 200
+        assert answered.json["results"][0]["label"] == "billing"
+        # Killed without a word: it stays registered until its heartbeats lapse.
+        os.killpg(gpu.proc.pid, signal.SIGKILL)
+        gpu.proc.wait()
+        lost = classify("lost", wait=2)
+        assert lost.status_code == 202, lost.json  # stored as a job: nothing lost
+        # The miss sends the next request to the cpu lane at once, not after dead_after.
+        back = classify("back")
+        assert back.status_code == 200 and back.json["lane"] == "cpu", back.json
+    finally:
+        gpu.stop()
+        # The rest of the run must not meet a dead worker that still looks alive for
+        # `worker_dead_after` seconds (fresh web processes would try it once each).
+        if instance is not None:
+            stopped(instance, "killed by the test")
+
+
+def _figures(client) -> dict[str, float]:
+    """The interactive.cpu lane's figures on /metrics (every process's, added up)."""
+    text = client.get("/metrics").text
+    figures = {}
+    for name in (
+        "laneway_items_processed_total",
+        "laneway_items_failed_total",
+        "laneway_model_stage_seconds_count",
+        "laneway_batch_size_sum",
+        "laneway_batch_size_count",  # the last a batch records
+    ):
+        found = re.search(rf'^{name}{{lane="interactive\.cpu"}} (\S+)$', text, re.M)
+        figures[name] = float(found.group(1)) if found else 0.0
+    return figures
+
+
+def _usage_items(settings) -> int:
+    from webapp.jobviews import interactive_usage
+
+    series, _ = interactive_usage(redis.Redis.from_url(settings.redis_url), settings)
+    return sum(series["interactive.cpu"])
+
+
+def test_each_batch_is_counted_in_metrics_and_the_lanes_usage(
+    worker, client, settings, account_factory
+):
+    _, key = account_factory("standard")
+    t = tag()
+    before, items_before = _figures(client), _usage_items(settings)
+    # Four items, three distinct texts: one model batch of three.
+    texts = [f"alpha {t}", f"beta {t}", f"alpha {t}", f"gamma {t}"]
+    assert post(client, key, "embed", texts).status_code == 200
+
+    def recorded(name: str, added: float) -> dict[str, float]:
+        # A batch is recorded once its answers are out: wait for it, never race it.
+        def check() -> dict[str, float] | None:
+            now = _figures(client)
+            return now if now[name] >= before[name] + added else None
+
+        return wait_for(check, 30, f"{name} + {added}", [worker])
+
+    after = recorded("laneway_batch_size_count", 1)
+    assert {name: after[name] - before[name] for name in after} == {
+        "laneway_items_processed_total": 4,
+        "laneway_items_failed_total": 0,
+        "laneway_model_stage_seconds_count": 1,
+        "laneway_batch_size_sum": 3,
+        "laneway_batch_size_count": 1,
+    }
+    wait_for(lambda: _usage_items(settings) == items_before + 4, 30, "the lane's usage", [worker])
+
+    poisoned = post(client, key, "embed", [f"fine {t}", f"{POISON_MARKER} {t}"])
+    assert poisoned.status_code == 200
+    after = recorded("laneway_items_failed_total", 1)
+    assert after["laneway_items_processed_total"] == before["laneway_items_processed_total"] + 5
+
+
+def _worker_state(settings) -> dict:
+    from webapp.jobviews import live_workers
+
+    with session_scope(settings) as session:
+        workers = live_workers(session, settings)
+    (found,) = [w for w in workers if w["hostname"].startswith("interactive-it@")]
+    return {**found, "since": datetime.fromisoformat(found["since"])}
+
+
+def test_the_dashboard_sees_the_interactive_worker_busy_then_idle(
+    worker, client, settings, account_factory
+):
+    from laneway.faults import stall_file
+
+    def state(busy: bool) -> dict:
+        # Its heartbeat (every second here) carries the batcher's requests in flight.
+        return wait_for(
+            lambda: (s := _worker_state(settings))["busy"] is busy and s,
+            30,
+            "busy" if busy else "idle",
+            [worker],
+        )
+
+    _, key = account_factory("standard")
+    state(busy=False)
+    stall = stall_file(settings)
+    stall.touch()
+    sent = datetime.now(UTC)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            held = pool.submit(post, client, key, "embed", [f"held {STALL_MARKER} {tag()}"])
+            busy = state(busy=True)
+            assert sent <= busy["since"] <= datetime.now(UTC)
+            released = datetime.now(UTC)
+            stall.unlink()
+            assert held.result(30).status_code == 200
+        assert state(busy=False)["since"] >= released
+    finally:
+        stall.unlink(missing_ok=True)

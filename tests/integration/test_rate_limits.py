@@ -53,8 +53,10 @@ def test_requests_without_a_valid_key_are_limited_per_address(make_app):
     refused = client.get("/v1/account", headers=bad, environ_base=env)
     assert refused.status_code == 429 and "LANEWAY_RATE_LIMIT_ANONYMOUS" in refused.json["message"]
     assert int(refused.headers["Retry-After"]) >= 1
-    # Health checks are never limited.
-    assert client.get("/healthz", environ_base=env).status_code == 200
+    # Probes, health checks, scrapes and KEDA's reads of the lanes are never limited.
+    for path in ("/livez", "/healthz", "/lanes", "/metrics"):
+        answer = client.get(path, environ_base=env)
+        assert answer.status_code == 200, (path, answer.status_code)
 
 
 def test_redis_down_lets_requests_through_rather_than_failing_them(make_app, account_factory):

@@ -149,6 +149,28 @@ def test_a_running_chunk_whose_worker_stopped_beating_is_sent_again(settings, mi
         assert session.get(Worker, alive).stopped_at is None
 
 
+def test_a_worker_given_up_on_that_beats_again_is_alive_again(settings, migrated):
+    """A host whose link came back: its worker is trusted again, so the chunks it takes
+    from now on are not sent a second time as a dead worker's."""
+    from db.models import WorkerEvent
+    from tasks.maintenance import live_workers
+    from workers.registry import beat, stopped
+
+    silent = live_worker(settings, seen_ago=settings.worker_dead_after + 5)
+    assert silent in mark_dead_workers(settings) and silent not in live_workers(settings)
+    beat(silent)
+    assert silent in live_workers(settings)
+    with session_scope(settings) as session:
+        assert session.get(Worker, silent).stop_reason is None
+        events = session.scalars(select(WorkerEvent.kind).where(WorkerEvent.worker_id == silent))
+        assert list(events) == ["revived"]
+    # A worker that announced its stop stays stopped, whatever beats late.
+    gone = live_worker(settings)
+    stopped(gone, "warm shutdown")
+    beat(gone)
+    assert gone not in live_workers(settings)
+
+
 def test_a_running_chunk_past_its_time_limit_without_a_message_is_sent_again(
     settings, migrated, broker
 ):

@@ -60,6 +60,21 @@ def test_only_live_gpu_workers_idle_past_the_timeout_are_scale_down_candidates(s
     assert not {busy, recent, cpu, dead} & set(found)
 
 
+def test_beat_stops_no_gpu_worker_when_something_else_does(settings, migrated, monkeypatch):
+    import tasks.scaling
+
+    idle = add_worker(settings, ["gpu"], idle_for=120)
+    hostname = next(w.hostname for w in tasks.scaling.alive_workers(settings) if w.id == idle)
+    asked = []
+    # Asked whether it holds anything, the worker says it does: nothing is shut down.
+    monkeypatch.setattr(tasks.scaling, "_holds_nothing", lambda _app, h: asked.append(h))
+    beat = replace(settings, gpu_idle_timeout=60)
+    assert tasks.scaling.scale_down(beat) == [] and hostname in asked
+    asked.clear()
+    assert tasks.scaling.scale_down(replace(beat, gpu_scale_down="external")) == []
+    assert asked == []
+
+
 def test_lanes_are_measured_from_finished_chunks(settings, migrated):
     before = lane_totals(settings)
     cpu_job, cpu_chunks = stored_job(settings, ["x"] * 600, chunk_size=300)

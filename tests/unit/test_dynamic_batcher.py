@@ -144,3 +144,40 @@ def test_the_thread_answers_concurrent_callers_in_batches():
         assert b.batches < 40  # some requests shared a batch
     finally:
         b.stop()
+
+
+def test_requests_in_flight_and_since_when_and_bookkeeping_after_the_answers():
+    seen: list[tuple[int, bool]] = []
+    b, _ = batcher()
+    b.after_batch = lambda: seen.append((b.in_flight, all(p.future.done() for p in batch)))
+    idle, since_start = b.activity()
+    assert idle == 0
+    futures = [b.submit(x) for x in (1, 2, 3)]
+    busy, busy_since = b.activity()
+    assert busy == 3 and busy_since >= since_start
+    batch = b.pending[:2]
+    del b.pending[:2]
+    b.run(batch)
+    # Bookkeeping runs once the batch's requests are answered, not before.
+    assert seen == [(1, True)] and b.activity() == (1, busy_since)  # still busy, same spell
+    batch = list(b.pending)
+    b.pending.clear()
+    b.run(batch)
+    assert [f.result() for f in futures] == [10, 20, 30]
+    idle, idle_since = b.activity()
+    assert idle == 0 and idle_since >= busy_since and seen[-1] == (0, True)
+
+
+def test_a_failing_bookkeeping_step_loses_no_answer():
+    b, _ = batcher()
+    b.after_batch = lambda: 1 / 0
+    future = b.submit(4)
+    b.run(list(b.pending))
+    assert future.result(timeout=0) == 40 and b.activity()[0] == 0
+
+
+def test_requests_dropped_at_stop_leave_nothing_in_flight():
+    b, _ = batcher()
+    b.submit(1)
+    b.stop()
+    assert b.activity()[0] == 0

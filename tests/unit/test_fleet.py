@@ -145,3 +145,40 @@ def test_the_fleet_runs_an_interactive_worker_beside_the_batch_workers():
     # Idle OpenMP threads sleep instead of spinning on a shared CPU.
     assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "PASSIVE"
     assert child.env["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_an_interactive_worker_for_each_lane_the_gpu_one_pinned_to_its_device():
+    from laneway.processes import worker_fleet
+    from laneway.settings import Settings
+
+    settings = Settings.from_env(
+        {
+            "LANEWAY_GPU_FALLBACK": "cpu",
+            "LANEWAY_GPU_DEVICES": "2,3",
+            "LANEWAY_INTERACTIVE_LANES": "cpu,gpu",
+        }
+    )
+    fleet = worker_fleet(settings)
+    gpu = fleet.children["worker-interactive-gpu2"]
+    cpu = fleet.children["worker-interactive"]
+    assert gpu.policy == cpu.policy == "always"  # a first request never waits for a start
+    assert gpu.node.startswith("interactive-gpu2@")
+    argv = " ".join(gpu.argv)
+    assert "-Q interactive.gpu " in argv and "-P threads" in argv
+    # Pinned before torch is imported: the first gpu device, as gpu workers are.
+    assert gpu.env["CUDA_VISIBLE_DEVICES"] == "2" and "CUDA_VISIBLE_DEVICES" not in cpu.env
+    # The batch gpu workers stay on demand, one per device.
+    assert {n for n, c in fleet.children.items() if c.policy == "on_demand"} == {
+        "worker-gpu2",
+        "worker-gpu3",
+    }
+
+
+def test_without_cuda_the_fleet_runs_the_cpu_interactive_worker_alone():
+    from laneway.processes import interactive_lanes, worker_fleet
+    from laneway.settings import Settings
+
+    # CPU fallback: a second interactive worker would only compete with the first.
+    settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu"})
+    assert interactive_lanes(settings) == ("cpu",)
+    assert not [n for n in worker_fleet(settings).children if n.startswith("worker-interactive-")]

@@ -131,3 +131,21 @@ def test_backlog_counts_toward_completion_time():
     assert estimate(1000, STATS, busy, PRICES)["cpu"]["seconds"] == pytest.approx(
         29_000 / 280, abs=0.01
     )
+
+
+def test_a_cold_gpu_lane_is_charged_the_idle_time_whoever_stops_it():
+    from laneway.settings import Settings
+
+    # Starting from zero pays each device's cold start and the idle time before it is
+    # stopped: beat's timeout, or KEDA's cooldownPeriod when KEDA stops the pods.
+    cold = LiveLanes(cpu_workers=2, gpu_workers_up=0, gpu_devices=4)
+    for env in ({}, {"LANEWAY_GPU_SCALE_DOWN": "external"}):
+        prices = Prices.of(Settings.from_env({**env, "LANEWAY_GPU_IDLE_TIMEOUT": "300"}))
+        gpu = estimate(10_000, STATS, cold, prices)["gpu"]
+        assert gpu["scale_up_cost"] == pytest.approx(4 * (20 + 300) * 0.0015)
+    # An idle time of 0 charges only the cold starts: what KEDA-scaled fleets were
+    # charged when LANEWAY_GPU_IDLE_TIMEOUT=0 was how beat was told to leave them alone.
+    free = estimate(
+        10_000, STATS, cold, Prices.of(Settings.from_env({"LANEWAY_GPU_IDLE_TIMEOUT": "0"}))
+    )
+    assert free["gpu"]["scale_up_cost"] == pytest.approx(4 * 20 * 0.0015)

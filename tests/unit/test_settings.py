@@ -38,6 +38,7 @@ def test_urls_select_postgres_through_psycopg3_and_external_redis():
         ("LANEWAY_DEFAULT_LABELS", "only-one"),
         ("LANEWAY_TORCH_THREADS", "2.5"),
         ("LANEWAY_ROUTING", "cheapest"),
+        ("LANEWAY_GPU_SCALE_DOWN", "keda"),
     ],
 )
 def test_malformed_settings_name_the_variable(var, value):
@@ -229,18 +230,22 @@ def test_an_inbox_that_is_a_file_is_refused(tmp_path):
 def test_interactive_settings_and_their_defaults():
     s = Settings.from_env({})
     assert (s.sync_max_items, s.sync_timeout, s.batch_max, s.batch_wait_ms) == (32, 2.0, 64, 50.0)
-    assert (s.cache_ttl, s.batch_nice, s.interactive_queue) == (300, 10, "interactive.cpu")
+    assert (s.cache_ttl, s.batch_nice, s.interactive_lane) == (300, 10, "auto")
+    assert s.batch_yield_max == 10.0
+    assert Settings.from_env({"LANEWAY_BATCH_YIELD_MAX": "0"}).batch_yield_max == 0
+    assert s.interactive_lanes == ()  # cpu, plus gpu where CUDA is
     s = Settings.from_env(
         {
             "LANEWAY_SYNC_MAX_ITEMS": "8",
             "LANEWAY_SYNC_TIMEOUT": "0.5",
             "LANEWAY_CACHE_TTL": "0",
             "LANEWAY_INTERACTIVE_LANE": "gpu",
+            "LANEWAY_INTERACTIVE_LANES": "gpu, cpu",
             "LANEWAY_TORCH_THREADS": "2",
         }
     )
     assert (s.sync_max_items, s.sync_timeout, s.cache_ttl) == (8, 0.5, 0)
-    assert s.interactive_queue == "interactive.gpu"
+    assert (s.interactive_lane, s.interactive_lanes) == ("gpu", ("gpu", "cpu"))
     # Batch workers take one torch thread fewer, never none.
     assert (s.torch_threads_for(batch=True), s.torch_threads_for(batch=False)) == (1, 2)
     assert Settings.from_env({"LANEWAY_TORCH_THREADS": "1"}).torch_threads_for(batch=True) == 1
@@ -257,7 +262,12 @@ def test_interactive_settings_and_their_defaults():
         ("LANEWAY_CACHE_TTL", "-1"),
         ("LANEWAY_BATCH_NICE", "20"),
         ("LANEWAY_BATCH_NICE", "-1"),
+        ("LANEWAY_BATCH_YIELD_MAX", "-1"),
+        ("LANEWAY_BATCH_YIELD_MAX", "never"),
         ("LANEWAY_INTERACTIVE_LANE", "tpu"),
+        ("LANEWAY_INTERACTIVE_LANES", "cpu,tpu"),
+        ("LANEWAY_INTERACTIVE_LANES", "cpu,cpu"),
+        ("LANEWAY_INTERACTIVE_LANES", ","),
         ("LANEWAY_WEB_THREADS", "0"),
     ],
 )
@@ -293,3 +303,23 @@ def test_monitoring_settings_and_their_defaults():
 def test_malformed_monitoring_settings_name_the_variable(var, value, message):
     with pytest.raises(SettingsError, match=f"{var}.*{message}"):
         Settings.from_env({var: value})
+
+
+def test_who_stops_idle_gpu_workers_is_apart_from_the_idle_time_routing_charges():
+    from laneway.planner import Prices
+    from tasks.app import celery_config
+
+    default = Settings.from_env({})
+    assert default.gpu_scale_down == "beat" and default.beat_stops_gpu_workers
+    scale_down = celery_config(default)["beat_schedule"]["scale-down"]
+    assert scale_down["schedule"] == 30.0  # half the 300 s idle time, at most a reconcile's
+    # Kubernetes: KEDA stops gpu pods after its cooldownPeriod; beat schedules no
+    # scale-down, and routing still charges the idle time KEDA lets a pod run.
+    keda = Settings.from_env(
+        {"LANEWAY_GPU_SCALE_DOWN": "external", "LANEWAY_GPU_IDLE_TIMEOUT": "300"}
+    )
+    assert not keda.beat_stops_gpu_workers
+    assert "scale-down" not in celery_config(keda)["beat_schedule"]
+    assert Prices.of(keda).gpu_idle_timeout == 300
+    never = Settings.from_env({"LANEWAY_GPU_IDLE_TIMEOUT": "0"})
+    assert not never.beat_stops_gpu_workers and Prices.of(never).gpu_idle_timeout == 0
