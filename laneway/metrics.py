@@ -173,6 +173,26 @@ def _owner(path: Path) -> tuple[str, int] | None:
     return (host, int(pid)) if host and pid.isdigit() else None
 
 
+# A process's file is created empty and then sized: one killed in between (or read at that
+# moment) leaves a file with no header, which prometheus_client cannot read.
+HEADER = 8
+
+
+def _holds_values(path: Path) -> bool:
+    try:
+        return path.stat().st_size >= HEADER
+    except FileNotFoundError:
+        return False
+
+
+class FolderCollector(MultiProcessCollector):
+    """prometheus_client's collector over the folder, less the files not yet sized."""
+
+    def collect(self) -> Iterator[Any]:
+        files = [str(f) for f in Path(self._path).glob("*.db") if _holds_values(f)]
+        return self.merge(files, accumulate=True)
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     with open(path / ".lock", "a") as fh:
@@ -195,7 +215,8 @@ def compact(path: Path, alive=_alive, host: str = HOST) -> list[Path]:  # noqa: 
             if owner is None or owner[0] != host or alive(owner[1]):
                 continue
             kind = f.name.split("_", 1)[0]
-            if kind in ("counter", "histogram", "summary"):
+            # A file killed before it was sized recorded nothing: it is only removed.
+            if kind in ("counter", "histogram", "summary") and _holds_values(f):
                 archive = archives.get(kind)
                 if archive is None:
                     archive = archives[kind] = MmapedDict(str(path / f"{kind}_archive.db"))
@@ -216,7 +237,7 @@ def exposition(settings: Settings) -> bytes:
     registry.register(QueueCollector(settings))
     if DIR is None:
         return generate_latest(registry)
-    MultiProcessCollector(registry, path=str(DIR))
+    FolderCollector(registry, path=str(DIR))
     with _locked(DIR):
         compact(DIR)
         return generate_latest(registry)

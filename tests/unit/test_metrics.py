@@ -81,6 +81,29 @@ def test_dead_processes_files_fold_into_an_archive_and_keep_their_counts(tmp_pat
     assert compact() == []
 
 
+def test_a_file_left_empty_by_a_killed_process_is_removed_and_never_breaks_a_scrape(tmp_path):
+    """MmapedDict creates its file empty, then sizes it: a process killed in between leaves a
+    file prometheus_client cannot read. A live process's file can be read in that moment too."""
+    key = mmap_key("c_total", "c_total", [], [], "a counter")
+    _write(tmp_path, "counter_web-1-101.db", key, 3.0)
+    (tmp_path / "counter_web-1-102.db").touch()  # dead, never sized
+    (tmp_path / "histogram_web-1-103.db").touch()  # alive, being sized
+
+    def scrape() -> str:
+        registry = CollectorRegistry()
+        metrics.FolderCollector(registry, path=str(tmp_path))
+        return generate_latest(registry).decode()
+
+    assert "c_total 3.0" in scrape()
+    removed = metrics.compact(tmp_path, alive=lambda pid: pid == 103, host="web-1")
+    assert sorted(p.name for p in removed) == ["counter_web-1-101.db", "counter_web-1-102.db"]
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == [
+        "counter_archive.db",
+        "histogram_web-1-103.db",
+    ]
+    assert "c_total 3.0" in scrape()
+
+
 def test_flower_is_bounded_and_persists_nothing_in_the_working_directory(tmp_path):
     from laneway.processes import flower_argv
     from laneway.settings import Settings
