@@ -462,7 +462,7 @@ class Settings:
     # The longest a cpu-lane batch worker waits, before each micro-batch, while an
     # interactive worker on its host is busy (laneway/yielding.py); 0: it never waits.
     batch_yield_max: float = 10.0
-    web_threads: int = 16
+    web_threads: int = 32
 
     def torch_threads_for(self, batch: bool) -> int:
         """Batch workers take one torch thread fewer, so interactive work finds a core."""
