@@ -45,6 +45,30 @@ class StageTimes:
         self.batches += other.batches
 
 
+class TimedRun:
+    """`Pipeline.run` over texts for fixed tasks and labels, as a function of the texts;
+    `spent` adds up every run's stage seconds and model micro-batches."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        tasks: Sequence[str],
+        labels: Sequence[str],
+        before_model: Callable[[Sequence[str]], None] | None = None,
+        spent: StageTimes | None = None,
+    ) -> None:
+        self.pipeline, self.tasks, self.labels = pipeline, tasks, labels
+        self.before_model = before_model
+        self.spent = StageTimes() if spent is None else spent
+
+    def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
+        outputs, times = self.pipeline.run(
+            texts, self.tasks, self.labels, before_model=self.before_model
+        )
+        self.spent.add(times)
+        return outputs
+
+
 def length_safe(text: str) -> str:
     """Control characters to spaces, keeping every character's offset (for entity spans)."""
     return "".join(" " if (ord(ch) < 32 or 127 <= ord(ch) < 160) else ch for ch in text)

@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from laneway.redis_conn import redis_client
 from laneway.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,17 @@ class ResultCache:
             pipe.execute()
         except redis.RedisError as exc:
             log.warning("result cache unavailable: %s", type(exc).__name__)
+
+
+_process_caches: dict[int, ResultCache] = {}
+
+
+def process_cache(settings: Settings) -> ResultCache:
+    """This process's result cache for `settings`, its Redis client made once (the batch
+    chunks' and the interactive worker's)."""
+    if id(settings) not in _process_caches:
+        _process_caches[id(settings)] = ResultCache(redis_client(settings), settings)
+    return _process_caches[id(settings)]
 
 
 class CachePlan:

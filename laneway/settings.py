@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -181,9 +181,14 @@ def _bool(name: str) -> Callable[[str], bool]:
     return parse
 
 
+def _csv(raw: str) -> tuple[str, ...]:
+    """The non-empty parts of a comma-separated value, stripped."""
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
 def _labels(name: str) -> Callable[[str], tuple[str, ...]]:
     def parse(raw: str) -> tuple[str, ...]:
-        labels = tuple(part.strip() for part in raw.split(",") if part.strip())
+        labels = _csv(raw)
         if len(labels) < 2:
             raise SettingsError(f"{name} needs at least two comma-separated labels, got {raw!r}")
         return labels
@@ -193,7 +198,7 @@ def _labels(name: str) -> Callable[[str], tuple[str, ...]]:
 
 def _faults(name: str) -> Callable[[str], tuple[str, ...]]:
     def parse(raw: str) -> tuple[str, ...]:
-        faults = tuple(part.strip().lower() for part in raw.split(",") if part.strip())
+        faults = _csv(raw.lower())
         unknown = [f for f in faults if f not in FAULTS]
         if unknown:
             raise SettingsError(
@@ -217,22 +222,12 @@ def _webhook_url(name: str) -> Callable[[str], str]:
 
 def _devices(name: str) -> Callable[[str], tuple[str, ...]]:
     def parse(raw: str) -> tuple[str, ...]:
-        devices = tuple(part.strip() for part in raw.split(",") if part.strip())
+        devices = _csv(raw)
         if not devices or not all(d.isdigit() for d in devices):
             raise SettingsError(f"{name} must be comma-separated device numbers, got {raw!r}")
         if len(set(devices)) != len(devices):
             raise SettingsError(f"{name} names a device twice: {raw!r}")
         return devices
-
-    return parse
-
-
-def _lanes(name: str) -> Callable[[str], tuple[str, ...]]:
-    def parse(raw: str) -> tuple[str, ...]:
-        lanes = tuple(part.strip().lower() for part in raw.split(",") if part.strip())
-        if not lanes or not set(lanes) <= set(LANES) or len(set(lanes)) != len(lanes):
-            raise SettingsError(f"{name} must name distinct lanes among cpu, gpu, got {raw!r}")
-        return lanes
 
     return parse
 
@@ -287,15 +282,18 @@ def mask_url(url: str) -> str:
     return f"{scheme}://{user}:***@{host}"
 
 
-def _tasks(name: str) -> Callable[[str], tuple[str, ...]]:
+def _distinct(
+    name: str, what: str, known: Sequence[str], lower: bool = False
+) -> Callable[[str], tuple[str, ...]]:
+    """A comma-separated list of distinct names among `known` (`what` names them)."""
+
     def parse(raw: str) -> tuple[str, ...]:
-        tasks = tuple(part.strip() for part in raw.split(",") if part.strip())
-        unknown = [t for t in tasks if t not in TASKS]
-        if not tasks or unknown or len(set(tasks)) != len(tasks):
+        found = _csv(raw.lower() if lower else raw)
+        if not found or not set(found) <= set(known) or len(set(found)) != len(found):
             raise SettingsError(
-                f"{name} must name distinct tasks among {', '.join(TASKS)}, got {raw!r}"
+                f"{name} must name distinct {what} among {', '.join(known)}, got {raw!r}"
             )
-        return tasks
+        return found
 
     return parse
 
@@ -612,7 +610,10 @@ class Settings:
             "inbox_schedule": ("LANEWAY_INBOX_SCHEDULE", _crontab("LANEWAY_INBOX_SCHEDULE")),
             "inbox_settle": ("LANEWAY_INBOX_SETTLE", _int("LANEWAY_INBOX_SETTLE", 0)),
             "inbox_max_items": ("LANEWAY_INBOX_MAX_ITEMS", _int("LANEWAY_INBOX_MAX_ITEMS", 1)),
-            "inbox_tasks": ("LANEWAY_INBOX_TASKS", _tasks("LANEWAY_INBOX_TASKS")),
+            "inbox_tasks": (
+                "LANEWAY_INBOX_TASKS",
+                _distinct("LANEWAY_INBOX_TASKS", "tasks", TASKS),
+            ),
             "sync_max_items": ("LANEWAY_SYNC_MAX_ITEMS", _int("LANEWAY_SYNC_MAX_ITEMS", 1)),
             "sync_timeout": ("LANEWAY_SYNC_TIMEOUT", _float("LANEWAY_SYNC_TIMEOUT")),
             "sync_max_wait": ("LANEWAY_SYNC_MAX_WAIT", _float("LANEWAY_SYNC_MAX_WAIT")),
@@ -622,7 +623,7 @@ class Settings:
             ),
             "interactive_lanes": (
                 "LANEWAY_INTERACTIVE_LANES",
-                _lanes("LANEWAY_INTERACTIVE_LANES"),
+                _distinct("LANEWAY_INTERACTIVE_LANES", "lanes", LANES, lower=True),
             ),
             "interactive_threads": (
                 "LANEWAY_INTERACTIVE_THREADS",

@@ -32,9 +32,9 @@ from db.models import FINISHED_CHUNK_STATES, OPEN_CHUNK_STATES, Chunk, Job
 from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import session_scope
 from inference.batching import Interrupted, interruptible
-from inference.pipeline import Staged, StageTimes
+from inference.pipeline import Staged, StageTimes, TimedRun
 from laneway import metrics
-from laneway.cache import CachePlan, ResultCache, cached_compute
+from laneway.cache import CachePlan, cached_compute, process_cache
 from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
@@ -246,7 +246,7 @@ def _on_failure(
     task: Any,
     work: Work,
     exc: Exception,
-    run: Runner,
+    run: TimedRun,
     started: float,
     **fields: Any,
 ) -> dict[str, Any]:
@@ -294,38 +294,16 @@ def _on_failure(
     return _finish(work, found.outputs, found.failures, **fields)
 
 
-class Runner:
-    """All three stages over some of the chunk's texts, with the faults a test injects;
-    `spent` adds up the stages' seconds and the model's micro-batches over its runs."""
-
-    def __init__(self, work: Work) -> None:
-        self.work = work
-        self.pipeline, self.check = get_pipeline(), model_stage_check(get_settings())
-        self.spent = StageTimes()
-
-    def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        work = self.work
-        outputs, times = self.pipeline.run(texts, work.tasks, work.labels, before_model=self.check)
-        self.spent.add(times)
-        return outputs
-
-
-_caches: dict[int, ResultCache] = {}
-
-
-def _chunk_cache() -> ResultCache:
-    """The result cache shared with the interactive path (laneway/cache.py)."""
-    settings = get_settings()
-    if id(settings) not in _caches:
-        _caches[id(settings)] = ResultCache(redis_client(settings), settings)
-    return _caches[id(settings)]
+def _runner(work: Work) -> TimedRun:
+    """All three stages over some of the chunk's texts, with the faults a test injects."""
+    return TimedRun(get_pipeline(), work.tasks, work.labels, model_stage_check(get_settings()))
 
 
 def _cached_run(work: Work) -> tuple[list[dict[str, Any]], StageTimes]:
     """All three stages over the chunk's texts that the result cache lacks (identical
     texts once), storing what it computed; zero times when the cache had every text."""
-    run = Runner(work)
-    outputs, _ = cached_compute(_chunk_cache(), work.tasks, work.labels, work.texts, run)
+    run, cache = _runner(work), process_cache(get_settings())
+    outputs, _ = cached_compute(cache, work.tasks, work.labels, work.texts, run)
     return outputs, run.spent
 
 
@@ -343,7 +321,7 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         with interruptible(watch):
             outputs, times = _cached_run(work)
     except Exception as exc:
-        return _on_failure(self, work, exc, Runner(work), started, device=device)
+        return _on_failure(self, work, exc, _runner(work), started, device=device)
     finally:
         if watch.paused:
             log.info("chunk %s stepped aside %.2f s for interactive work", chunk_id, watch.paused)
@@ -374,13 +352,13 @@ def prep_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         # The chunk's distinct texts the result cache lacks; the rest is known already.
-        plan = CachePlan.make(_chunk_cache(), work.tasks, work.labels, work.texts)
+        plan = CachePlan.make(process_cache(get_settings()), work.tasks, work.labels, work.texts)
         if not plan.todo:  # all cached: the chunk ends here, its later stages skip it
             outputs = plan.outputs([])
             return _finish(work, outputs, None, pre_seconds=time.perf_counter() - started)
         staged = get_pipeline().pre(plan.todo, work.tasks)
     except Exception as exc:
-        return _on_failure(self, work, exc, Runner(work), started)
+        return _on_failure(self, work, exc, _runner(work), started)
     blob = staged.to_bytes("prepared")
     # Both in one transaction: the tokens cover exactly the plan's texts to compute.
     pipe = redis_client(get_settings()).pipeline(transaction=True)
@@ -415,7 +393,7 @@ def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
                 check(work.texts)
             pipeline.model(staged, work.labels)
     except Exception as exc:
-        return _on_failure(self, work, exc, Runner(work), started, device=device)
+        return _on_failure(self, work, exc, _runner(work), started, device=device)
     model_seconds = time.perf_counter() - started
     metrics.record_model(work.lane, model_seconds, staged.batches)
     r.set(_key(chunk_id, "raw"), staged.to_bytes("raw"), ex=HANDOFF_TTL)
@@ -447,18 +425,14 @@ def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
             staged = Staged(work.tasks)
             staged.load("prepared", prepared)
             staged.load("raw", raw)
-            if planned is None:
-                # Prepared before cache plans existed: its tokens cover every text.
-                todo = work.texts
-                outputs = computed = pipeline.post(staged, todo, work.labels)
-            else:
-                plan = CachePlan.from_json(work.texts, planned)
-                todo = plan.todo
-                computed = pipeline.post(staged, todo, work.labels)
-                outputs = plan.outputs(computed)
+            # Without a plan (prepared before cache plans existed) the tokens cover every text.
+            plan = CachePlan.from_json(work.texts, planned) if planned is not None else None
+            todo = plan.todo if plan is not None else work.texts
+            computed = pipeline.post(staged, todo, work.labels)
+            outputs = plan.outputs(computed) if plan is not None else computed
     except Exception as exc:
-        return _on_failure(self, work, exc, Runner(work), started)
+        return _on_failure(self, work, exc, _runner(work), started)
     result = _finish(work, outputs, None, post_seconds=time.perf_counter() - started)
     r.delete(*keys)
-    _chunk_cache().put(work.tasks, work.labels, todo, computed)
+    process_cache(get_settings()).put(work.tasks, work.labels, todo, computed)
     return result

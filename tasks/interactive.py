@@ -30,9 +30,9 @@ from celery.signals import worker_ready, worker_shutdown
 
 from inference.batching import Interrupted
 from inference.dynamic import DynamicBatcher
-from inference.pipeline import StageTimes
+from inference.pipeline import StageTimes, TimedRun
 from laneway import metrics, usage
-from laneway.cache import ResultCache, cached_compute
+from laneway.cache import cached_compute, process_cache
 from laneway.faults import model_stage_check
 from laneway.interactive import Request, answer, deliver, item_results
 from laneway.isolate import Failure, isolate
@@ -69,19 +69,14 @@ def run_requests(requests: Sequence[Request]) -> list[tuple[list[dict[str, Any]]
 
     settings = get_settings()
     pipeline, check = get_pipeline(settings), model_stage_check(settings)
-    cache = _state.setdefault("cache", ResultCache(redis_client(settings), settings))
-    spent = StageTimes()
+    cache, spent = process_cache(settings), StageTimes()
     groups: dict[tuple, list[int]] = defaultdict(list)
     for n, request in enumerate(requests):
         groups[(tuple(request.tasks), tuple(request.labels))].append(n)
     answers: list[list[dict[str, Any]]] = [[] for _ in requests]
     failed = 0
     for (tasks, labels), members in groups.items():
-
-        def run(texts: Sequence[str], tasks=tasks, labels=labels) -> list[dict[str, Any]]:
-            outputs, times = pipeline.run(texts, tasks, labels, before_model=check)
-            spent.add(times)
-            return outputs
+        run = TimedRun(pipeline, tasks, labels, check, spent)
 
         def compute(texts: Sequence[str], run=run) -> list[Any]:
             found = isolate(texts, run, fatal=(Interrupted,))
