@@ -19,7 +19,6 @@ from laneway.redis_conn import client_url
 from laneway.settings import Settings
 from webapp.auth import BEARER_BLUEPRINTS, identify
 
-SESSION_LIFETIME = timedelta(hours=12)
 # Nothing from other origins: no CDN, no inline script or style, no framing by anyone.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
@@ -91,7 +90,8 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=settings.secure_cookies,
-        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        # The cookie's own expiry; webapp/sessions.py holds a sign-in to it from its start.
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=settings.session_lifetime),
         # A login form's token lives as long as its session, not one hour.
         WTF_CSRF_TIME_LIMIT=None,
     )
