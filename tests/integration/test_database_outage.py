@@ -80,22 +80,33 @@ def test_an_outage_is_a_503_and_nothing_is_stored(gated_app, gate, account_facto
     assert stored_for(settings, account.id) == (2, 4, 2)
 
 
-def test_the_sign_in_page_says_503(gated_app, gate, account_factory):
-    _, key = account_factory()
-    gated_app.config["WTF_CSRF_ENABLED"] = False
-    client = gated_app.test_client()
-    gate.down()
-    response = client.post("/login", data={"api_key": key})
-    assert response.status_code == 503
-    assert response.headers["Retry-After"]
+def _page_unavailable(response) -> None:
+    assert response.status_code == 503, (response.status_code, response.data[:300])
+    assert int(response.headers["Retry-After"]) > 0
     assert response.mimetype == "text/html" and b"database is unavailable" in response.data
 
 
-def _in_transaction() -> bool:
+def test_the_pages_say_503(gated_app, gate, account_factory):
+    _, key = account_factory()
+    gated_app.config["WTF_CSRF_ENABLED"] = False
+    signed_in, visitor = gated_app.test_client(), gated_app.test_client()
+    base = "https://laneway.test"
+    assert signed_in.post("/login", data={"api_key": key}, base_url=base).status_code == 303
+    assert signed_in.get("/jobs", base_url=base).status_code == 200
+    gate.down()
+    _page_unavailable(visitor.post("/login", data={"api_key": key}, base_url=base))
+    for path in ("/", "/jobs", "/dashboard"):
+        _page_unavailable(signed_in.get(path, base_url=base))
+    gate.up()
+    assert signed_in.get("/jobs", base_url=base).status_code == 200
+
+
+def _writing() -> bool:
+    """The app's connection is inside a transaction that has begun inserting."""
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'gated-web' "
-            "AND xact_start IS NOT NULL"
+            "AND xact_start IS NOT NULL AND query ILIKE 'insert%'"
         ).fetchone()
     return bool(row and row[0])
 
@@ -114,7 +125,7 @@ def test_a_submission_cut_mid_write_leaves_nothing(gated_app, gate, account_fact
     writer = threading.Thread(target=submit)
     writer.start()
     deadline = time.monotonic() + 60
-    while not _in_transaction() and "response" not in answer:
+    while not _writing() and "response" not in answer:
         assert time.monotonic() < deadline, "the submission never began writing"
         time.sleep(0.005)
     gate.down()
