@@ -12,6 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from laneway.settings import Settings, get_settings
 
+CONNECT_TIMEOUT = 10  # seconds
+
 
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
@@ -31,7 +33,15 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    # A bounded connect: a Postgres that is gone answers 503 in seconds (webapp/errors.py),
+    # not after the operating system's minutes-long TCP timeout.
+    return create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=5,
+        max_overflow=5,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT},
+    )
 
 
 @lru_cache(maxsize=4)

@@ -5,6 +5,11 @@ text) for LANEWAY_CACHE_TTL seconds (0: no cache). The model part names the regi
 and what shapes its output (path, max length); the parameters are the labels for zero-shot
 classify and the anchors for zero-shot score. Interactive batches and batch chunks share
 it, and identical texts inside one batch are computed once whether the cache is on or not.
+
+The cache is per account: the account joins the hash, so no account can learn (from a
+`cached` flag, a quick 200 instead of a 202, or anything else) that another one sent the
+same text. LANEWAY_CACHE_SHARED=true shares it fleet-wide, for an operator whose accounts
+trust each other. A cache without a scope (`scoped` not called) reads and stores nothing.
 """
 
 from __future__ import annotations
@@ -31,8 +36,14 @@ TASK_FIELDS = {
 }
 
 
-def task_identity(settings: Settings, task: str, labels: Sequence[str]) -> str:
-    """What, besides the text, decides a task's output: the model and the parameters."""
+def cache_scope(settings: Settings, account_id: object) -> str:
+    """Whose entries a caller may read and fill: its account's, or everyone's when shared."""
+    return "shared" if settings.cache_shared else f"account:{account_id}"
+
+
+def task_identity(settings: Settings, task: str, labels: Sequence[str], scope: str = "") -> str:
+    """What, besides the text, decides a task's output (the model and the parameters), and
+    whose cache entry it is."""
     spec = settings.model_for(task)
     model = None if spec is None else [spec.name, spec.kind, spec.path, spec.max_length]
     params: dict[str, Any] = {"max_length": settings.max_length}
@@ -40,7 +51,7 @@ def task_identity(settings: Settings, task: str, labels: Sequence[str]) -> str:
         params["labels"] = list(labels)
     elif task == "score":
         params["anchors"] = list(settings.score_anchors)
-    return json.dumps([model, task, params], separators=(",", ":"))
+    return json.dumps([model, task, params, scope], separators=(",", ":"))
 
 
 def cache_key(identity: str, text: str) -> str:
@@ -60,17 +71,26 @@ def unique(texts: Sequence[str]) -> tuple[list[str], list[int]]:
 class ResultCache:
     """Per task, outputs by text in Redis; a Redis error is a miss, never a failure."""
 
-    def __init__(self, r: redis.Redis | None, settings: Settings) -> None:
-        self.redis = r if settings.cache_ttl > 0 else None
+    def __init__(self, r: redis.Redis | None, settings: Settings, scope: str | None = None) -> None:
+        # Unscoped, it is off: an entry must always belong to someone.
+        self.redis = r if settings.cache_ttl > 0 and scope else None
         self.ttl = settings.cache_ttl
         self.settings = settings
+        self.scope = scope
+        self._client = r
+
+    def scoped(self, account_id: object) -> ResultCache:
+        """This cache as `account_id` may use it (cache_scope); None: off."""
+        if account_id is None:
+            return ResultCache(None, self.settings)
+        return ResultCache(self._client, self.settings, cache_scope(self.settings, account_id))
 
     @property
     def enabled(self) -> bool:
         return self.redis is not None
 
     def _keys(self, tasks: Sequence[str], labels: Sequence[str], texts: Sequence[str]):
-        ids = {t: task_identity(self.settings, t, labels) for t in tasks}
+        ids = {t: task_identity(self.settings, t, labels, self.scope or "") for t in tasks}
         return [[cache_key(ids[t], text) for t in tasks] for text in texts]
 
     def get(

@@ -58,6 +58,7 @@ class Request:
     texts: list[str]
     keep: bool = False  # the asynchronous pair: keep the answer for GET /v1/result
     sent: float = 0.0  # when the web app sent it (time.time()), for the stage timings
+    account: int | None = None  # whose result cache entries it reads and fills (None: none)
 
     def message(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -68,7 +69,11 @@ class Request:
 
 
 def new_request(
-    tasks: Sequence[str], labels: Sequence[str], items: Sequence[tuple[str, str]], keep: bool
+    tasks: Sequence[str],
+    labels: Sequence[str],
+    items: Sequence[tuple[str, str]],
+    keep: bool,
+    account: int,
 ) -> Request:
     return Request(
         uuid.uuid4().hex,
@@ -78,6 +83,7 @@ def new_request(
         [t for _, t in items],
         keep,
         time.time(),
+        account,
     )
 
 

@@ -442,6 +442,8 @@ class Settings:
     # "" means generate one under LANEWAY_HOME on first use (webapp.security.secret_key).
     secret_key: str = field(default="", repr=False)
     secure_cookies: bool = True
+    # Seconds a web sign-in lasts, however active (webapp/sessions.py); sign-out ends it sooner.
+    session_lifetime: int = 12 * 3600
     # The interactive path (issue 6): sync answers, the dynamic batcher, the result cache.
     sync_max_items: int = 32
     sync_timeout: float = 2.0
@@ -456,6 +458,8 @@ class Settings:
     batch_max: int = 64
     batch_wait_ms: float = 50.0
     cache_ttl: int = 300
+    # The result cache is per account unless an operator shares it (laneway/cache.py).
+    cache_shared: bool = False
     batch_nice: int = 10
     # The longest a cpu-lane batch worker waits, before each micro-batch, while an
     # interactive worker on its host is busy (laneway/yielding.py); 0: it never waits.
@@ -632,6 +636,11 @@ class Settings:
             "batch_max": ("LANEWAY_BATCH_MAX", _int("LANEWAY_BATCH_MAX", 1)),
             "batch_wait_ms": ("LANEWAY_BATCH_WAIT_MS", _float("LANEWAY_BATCH_WAIT_MS")),
             "cache_ttl": ("LANEWAY_CACHE_TTL", _int("LANEWAY_CACHE_TTL", 0)),
+            "cache_shared": ("LANEWAY_CACHE_SHARED", _bool("LANEWAY_CACHE_SHARED")),
+            "session_lifetime": (
+                "LANEWAY_SESSION_LIFETIME",
+                _int("LANEWAY_SESSION_LIFETIME", 60),
+            ),
             "batch_nice": ("LANEWAY_BATCH_NICE", _nice("LANEWAY_BATCH_NICE")),
             "batch_yield_max": ("LANEWAY_BATCH_YIELD_MAX", _float("LANEWAY_BATCH_YIELD_MAX")),
             "web_threads": ("LANEWAY_WEB_THREADS", _int("LANEWAY_WEB_THREADS", 1)),

@@ -34,7 +34,7 @@ from db.session import session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun
 from laneway import metrics
-from laneway.cache import CachePlan, cached_compute, process_cache
+from laneway.cache import CachePlan, ResultCache, cached_compute, process_cache
 from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
@@ -70,6 +70,11 @@ class Work:
     items: list[tuple[int, str, str]]
     attempts: int
     lane: str
+    account_id: int | None = None  # the job's: whose result cache entries it uses
+
+    def cache(self) -> ResultCache:
+        """The result cache as the job's account may use it."""
+        return process_cache(get_settings()).scoped(self.account_id)
 
     @property
     def texts(self) -> list[str]:
@@ -116,7 +121,9 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
             mark_job_running(session, job.id)
             items = [(i.idx, i.item_id, i.text) for i in chunk_items(session, chunk)]
             tasks, labels = list(job.tasks), list(job.labels)
-            work = Work(chunk.id, job.id, tasks, labels, items, chunk.attempts, chunk.queue)
+            work = Work(
+                chunk.id, job.id, tasks, labels, items, chunk.attempts, chunk.queue, job.account_id
+            )
         job_id = job.id
     if halves:
         send_chunks(halves)
@@ -302,8 +309,8 @@ def _runner(work: Work) -> TimedRun:
 def _cached_run(work: Work) -> tuple[list[dict[str, Any]], StageTimes]:
     """All three stages over the chunk's texts that the result cache lacks (identical
     texts once), storing what it computed; zero times when the cache had every text."""
-    run, cache = _runner(work), process_cache(get_settings())
-    outputs, _ = cached_compute(cache, work.tasks, work.labels, work.texts, run)
+    run = _runner(work)
+    outputs, _ = cached_compute(work.cache(), work.tasks, work.labels, work.texts, run)
     return outputs, run.spent
 
 
@@ -352,7 +359,7 @@ def prep_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         # The chunk's distinct texts the result cache lacks; the rest is known already.
-        plan = CachePlan.make(process_cache(get_settings()), work.tasks, work.labels, work.texts)
+        plan = CachePlan.make(work.cache(), work.tasks, work.labels, work.texts)
         if not plan.todo:  # all cached: the chunk ends here, its later stages skip it
             outputs = plan.outputs([])
             return _finish(work, outputs, None, pre_seconds=time.perf_counter() - started)
@@ -434,5 +441,5 @@ def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         return _on_failure(self, work, exc, _runner(work), started)
     result = _finish(work, outputs, None, post_seconds=time.perf_counter() - started)
     r.delete(*keys)
-    process_cache(get_settings()).put(work.tasks, work.labels, todo, computed)
+    work.cache().put(work.tasks, work.labels, todo, computed)
     return result

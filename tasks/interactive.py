@@ -72,10 +72,11 @@ def run_requests(requests: Sequence[Request]) -> list[tuple[list[dict[str, Any]]
     cache, spent = process_cache(settings), StageTimes()
     groups: dict[tuple, list[int]] = defaultdict(list)
     for n, request in enumerate(requests):
-        groups[(tuple(request.tasks), tuple(request.labels))].append(n)
+        # Per account too: each reads and fills only its own cache entries.
+        groups[(tuple(request.tasks), tuple(request.labels), request.account)].append(n)
     answers: list[list[dict[str, Any]]] = [[] for _ in requests]
     failed = 0
-    for (tasks, labels), members in groups.items():
+    for (tasks, labels, account), members in groups.items():
         run = TimedRun(pipeline, tasks, labels, check, spent)
 
         def compute(texts: Sequence[str], run=run) -> list[Any]:
@@ -84,7 +85,7 @@ def run_requests(requests: Sequence[Request]) -> list[tuple[list[dict[str, Any]]
             return [f if f is not None else o for o, f in pairs]
 
         texts = [t for n in members for t in requests[n].texts]
-        outputs, _ = cached_compute(cache, tasks, labels, texts, compute)
+        outputs, _ = cached_compute(cache.scoped(account), tasks, labels, texts, compute)
         failed += sum(isinstance(o, Failure) for o in outputs)
         start = 0
         for n in members:

@@ -18,6 +18,7 @@ from db.models import Account, ApiKey
 from db.queries import is_live, live_key
 from db.session import session_factory
 from laneway.settings import Settings
+from webapp import sessions
 
 # Blueprints whose callers authenticate with `Authorization: Bearer <key>`.
 BEARER_BLUEPRINTS = ("api", "admin", "interactive")
@@ -64,10 +65,13 @@ def _from_bearer() -> None:
 
 
 def _from_session() -> None:
-    key_id = session.get("key_id")
+    # Signed out (on any copy of this cookie), too old, or never signed in: no account.
+    key_id = sessions.current_key_id(app_settings())
+    if key_id is None:
+        return
 
     def find(db: Any) -> ApiKey | None:
-        row = db.get(ApiKey, key_id) if isinstance(key_id, int) else None
+        row = db.get(ApiKey, key_id)
         return row if row is not None and is_live(row) else None
 
     _load(find)

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+
 from flask import Flask, Response, current_app, g, jsonify, render_template, request
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from werkzeug.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+# Postgres unreachable, its connection lost mid-request, or no pooled connection in time:
+# the request can be sent again once it is back. Each rolled back whatever it had begun.
+DATABASE_DOWN = (OperationalError, InterfaceError, PoolTimeout)
+DATABASE_RETRY_AFTER = 5
 
 
 def error_response(status: int, error: str, message: str) -> Response:
@@ -38,7 +48,24 @@ def too_large_message() -> str:
     )
 
 
+def database_unavailable(exc: Exception) -> Response | tuple[str, int, dict[str, str]]:
+    """503 with Retry-After while Postgres cannot be reached, never a 500."""
+    log.warning("database unavailable: %s", type(exc).__name__)
+    message = "the database is unavailable; nothing was stored: retry after Retry-After seconds"
+    retry = {"Retry-After": str(DATABASE_RETRY_AFTER)}
+    if request.blueprint == "pages":
+        name = "Service Unavailable"
+        html = render_template("pages/error.html", code=503, name=name, message=message)
+        return html, 503, retry
+    response = error_response(503, "database_unavailable", message)
+    response.headers.update(retry)
+    return response
+
+
 def register_error_handlers(app: Flask) -> None:
+    for exc_type in DATABASE_DOWN:
+        app.register_error_handler(exc_type, database_unavailable)
+
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response | tuple[str, int]:
         code = exc.code or 500

@@ -91,7 +91,7 @@ def _as_job(settings: Settings, tasks: list[str], labels: list[str], items) -> R
 
 def _cached(settings: Settings, tasks, labels, items) -> list[dict[str, Any]] | None:
     """Every item's output from the result cache, or None (then the worker computes)."""
-    cache = ResultCache(ia.blocking_client(settings), settings)
+    cache = ResultCache(ia.blocking_client(settings), settings).scoped(g.account.id)
     outputs = cache.get(tasks, labels, [t for _, t in items])
     if any(o is None for o in outputs):
         return None
@@ -112,7 +112,7 @@ def _sync(task: str) -> Response:
         return _applied(_as_job(settings, tasks, labels, items), wait)
     lane = None
     if results is None:
-        req = ia.new_request(tasks, labels, items, keep=False)
+        req = ia.new_request(tasks, labels, items, keep=False, account=g.account.id)
         lane = ia.lane_for(settings)
         try:
             ia.send(req, settings, lane, expires=wait + 5)
@@ -155,7 +155,7 @@ def submit_inference() -> Response:
         tasks, labels, items = _parse(settings, ASYNC_FIELDS, None)
     except InputError as exc:
         return error_response(400, "invalid_input", str(exc))
-    req = ia.new_request(tasks, labels, items, keep=True)
+    req = ia.new_request(tasks, labels, items, keep=True, account=g.account.id)
     r = ia.blocking_client(settings)
     r.set(ia.owner_key(req.id), str(g.account.id), ex=ia.RESULT_TTL)
     ia.send(req, settings, ia.lane_for(settings))

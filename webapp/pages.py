@@ -13,6 +13,7 @@ from functools import wraps
 from typing import Any
 from urllib.parse import urlsplit
 
+import redis
 from flask import (
     Blueprint,
     Response,
@@ -22,7 +23,6 @@ from flask import (
     redirect,
     render_template,
     request,
-    session,
     url_for,
 )
 from flask_wtf import FlaskForm
@@ -39,7 +39,7 @@ from laneway.jobs import parse_tasks, submit_job
 from laneway.results import job_view, result_record
 from laneway.settings import TASKS
 from tasks.lifecycle import LaneFull
-from webapp import charts, jobviews
+from webapp import charts, jobviews, sessions
 from webapp.auth import app_settings
 
 pages = Blueprint("pages", __name__)
@@ -108,10 +108,10 @@ def login() -> Response | tuple[str, int] | str:
         form.api_key.errors = ["this API key is not valid (unknown, revoked or mistyped)"]
         return render_template("pages/login.html", form=form), 401
     # A fresh session: nothing from before the login survives it (no fixation).
-    session.clear()
-    session.permanent = True
-    # The key's row id, never the key: the cookie is signed, not encrypted.
-    session["key_id"] = key_id
+    try:
+        sessions.begin(app_settings(), key_id)
+    except redis.RedisError:
+        abort(503, description="signing in is unavailable for a moment (Redis is unreachable)")
     return redirect(url_for("pages.home"), code=303)
 
 
@@ -121,7 +121,7 @@ def logout() -> Response | tuple[str, int]:
     if not form.validate_on_submit():
         message = "sign out with the button on the page"
         return render_template("pages/error.html", code=400, message=message), 400
-    session.clear()
+    sessions.end(app_settings())
     return redirect(url_for("pages.login"), code=303)
 
 

@@ -15,11 +15,12 @@ from flask import Flask, Response, abort, current_app, g, request
 from flask_limiter import ApplicationLimit, Limiter
 from flask_wtf.csrf import CSRFProtect
 
+from laneway.jsonbudget import too_costly
 from laneway.redis_conn import client_url
 from laneway.settings import Settings
 from webapp.auth import BEARER_BLUEPRINTS, identify
+from webapp.errors import error_response
 
-SESSION_LIFETIME = timedelta(hours=12)
 # Nothing from other origins: no CDN, no inline script or style, no framing by anyone.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
@@ -91,7 +92,8 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=settings.secure_cookies,
-        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
+        # The cookie's own expiry; webapp/sessions.py holds a sign-in to it from its start.
+        PERMANENT_SESSION_LIFETIME=timedelta(seconds=settings.session_lifetime),
         # A login form's token lives as long as its session, not one hour.
         WTF_CSRF_TIME_LIMIT=None,
     )
@@ -138,6 +140,7 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
         limiter.exempt(app.view_functions[view])
     # Before the CSRF check, which cannot read a form with a nameless part (a 500).
     app.before_request(_refuse_nameless_parts)
+    app.before_request(_refuse_costly_json)
     csrf = CSRFProtect(app)
     for name in BEARER_BLUEPRINTS:
         csrf.exempt(app.blueprints[name])
@@ -150,6 +153,21 @@ def _refuse_nameless_parts() -> None:
     if request.method == "POST" and (request.blueprint or "") not in BEARER_BLUEPRINTS:
         if None in request.form or None in request.files:
             abort(400, description="the form has a part without a name")
+
+
+def _refuse_costly_json() -> Response | None:
+    """413 for a JSON body shaped to cost far more memory to parse than its size
+    (laneway/jsonbudget.py), before anything parses it; only for a caller with an account
+    (the view answers others 401 without reading the body)."""
+    if request.method not in ("POST", "PUT", "PATCH", "DELETE") or g.get("account") is None:
+        return None
+    # Any type but an upload: the admin API reads a body as JSON whatever its type says.
+    if (request.blueprint or "") not in BEARER_BLUEPRINTS or request.mimetype.startswith(
+        "multipart/"
+    ):
+        return None
+    problem = too_costly(request.get_data())  # kept: the view reads the same bytes
+    return error_response(413, "body_too_complex", problem) if problem else None
 
 
 def _rate_limit_headers(response: Response) -> Response:

@@ -28,15 +28,24 @@ def cache_on(settings, monkeypatch):
     return on
 
 
+def account_cache(settings, job_id) -> ResultCache:
+    """The result cache as the job's account uses it."""
+    from db.models import Job
+
+    with session_scope(settings) as session:
+        account_id = session.get(Job, job_id).account_id
+    return ResultCache(redis.Redis.from_url(settings.redis_url), settings).scoped(account_id)
+
+
 def test_a_chunk_reads_and_fills_the_result_cache(cache_on, migrated):
     from tasks.chunks import run_chunk
 
     cached_text = "the parcel never came (cached)"
     texts = [cached_text, "charged twice this month", cached_text, "charged twice this month"]
-    cache = ResultCache(redis.Redis.from_url(cache_on.redis_url), cache_on)
+    job_id, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, prefix="k")
+    cache = account_cache(cache_on, job_id)
     planted = {"label": "planted", "score": 0.5, "scores": {"shipping": 0.5, "billing": 0.1}}
     cache.put(["classify"], LABELS, [cached_text], [planted])
-    job_id, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, prefix="k")
     run_chunk.apply(args=(chunk_id,)).get()
     with session_scope(cache_on) as session:
         found = session.scalars(select(Result).where(Result.job_id == job_id))
@@ -57,10 +66,10 @@ def test_the_gpu_lane_computes_only_what_the_cache_lacks_and_each_text_once(cach
     cached_text = "my order arrived broken (cached, gpu lane)"
     fresh = "I cannot log in to my account since yesterday"
     texts = [cached_text, fresh, fresh, cached_text, fresh]
-    cache = ResultCache(redis.Redis.from_url(cache_on.redis_url), cache_on)
+    job_id, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, lane="gpu", prefix="g")
+    cache = account_cache(cache_on, job_id)
     planted = {"label": "planted", "score": 0.5, "scores": {"shipping": 0.5, "billing": 0.1}}
     cache.put(["classify"], LABELS, [cached_text], [planted])
-    job_id, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, lane="gpu", prefix="g")
     prepared = prep_chunk.apply(args=(chunk_id,)).get()
     # Five texts, one distinct one missing from the cache: the model sees it alone.
     assert prepared["computed"] == 1, prepared
@@ -86,13 +95,12 @@ def test_a_gpu_chunk_the_cache_answers_whole_ends_at_prep(cache_on, migrated):
     from tasks.chunks import model_chunk, post_chunk, prep_chunk
 
     texts = ["refund my second charge (all cached)", "the box was empty (all cached)"]
-    cache = ResultCache(redis.Redis.from_url(cache_on.redis_url), cache_on)
+    job_id, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, lane="gpu", prefix="c")
     planted = [
         {"label": "billing", "score": 0.9, "scores": {"shipping": 0.1, "billing": 0.9}},
         {"label": "shipping", "score": 0.8, "scores": {"shipping": 0.8, "billing": 0.2}},
     ]
-    cache.put(["classify"], LABELS, texts, planted)
-    job_id, (chunk_id,) = stored_job(cache_on, texts, labels=LABELS, lane="gpu", prefix="c")
+    account_cache(cache_on, job_id).put(["classify"], LABELS, texts, planted)
     assert prep_chunk.apply(args=(chunk_id,)).get()["items"] == 2
     with session_scope(cache_on) as session:
         chunk = session.get(Chunk, chunk_id)
@@ -118,14 +126,21 @@ def _model_figures(lane: str) -> dict[str, float]:
     }
 
 
-def test_batch_sizes_are_the_batches_the_model_ran_not_the_chunks_size(cache_on, migrated):
+def test_batch_sizes_are_the_batches_the_model_ran_not_the_chunks_size(
+    cache_on, migrated, monkeypatch
+):
+    import tasks.chunks
     from tasks.chunks import run_chunk
+
+    # Shared by the operator's choice: the second job, another account's, finds it all.
+    cache_on = dataclasses.replace(cache_on, cache_shared=True)
+    monkeypatch.setattr(tasks.chunks, "get_settings", lambda: cache_on)
 
     cached_text = "where is my parcel (cached for the metrics test)"
     fresh = ["refund the second charge please", "the courier left it at the wrong door"]
     # Six items: one cached text twice, two texts to compute, each twice.
     texts = [cached_text, fresh[0], fresh[1], cached_text, fresh[0], fresh[1]]
-    cache = ResultCache(redis.Redis.from_url(cache_on.redis_url), cache_on)
+    cache = ResultCache(redis.Redis.from_url(cache_on.redis_url), cache_on).scoped("anyone")
     planted = {"label": "shipping", "score": 0.5, "scores": {"shipping": 0.5, "billing": 0.1}}
     cache.put(["classify"], LABELS, [cached_text], [planted])
     before = _model_figures("cpu")
@@ -141,3 +156,35 @@ def test_batch_sizes_are_the_batches_the_model_ran_not_the_chunks_size(cache_on,
     _, (again,) = stored_job(cache_on, texts, labels=LABELS, prefix="n")
     run_chunk.apply(args=(again,)).get()
     assert _model_figures("cpu") == after
+
+
+def _outputs(settings, job_id) -> list:
+    with session_scope(settings) as session:
+        found = session.scalars(select(Result).where(Result.job_id == job_id).order_by(Result.idx))
+        return [r.output for r in found]
+
+
+@pytest.mark.parametrize("lane", ["cpu", "gpu"])
+def test_a_chunk_never_uses_another_accounts_cache_entries(cache_on, migrated, lane):
+    """Account A's entry (planted: an answer the model never gives) is invisible to B's
+    job of the same text, and B's computed output does not land in A's entries."""
+    from tasks.chunks import model_chunk, post_chunk, prep_chunk, run_chunk
+
+    text = f"a text only account A sent before ({lane})"
+    planted = {"label": "planted", "score": 0.5, "scores": {"shipping": 0.5, "billing": 0.1}}
+    job_a, (chunk_a,) = stored_job(cache_on, [text], labels=LABELS, lane=lane, prefix="a")
+    account_cache(cache_on, job_a).put(["classify"], LABELS, [text], [planted])
+    job_b, (chunk_b,) = stored_job(cache_on, [text, text], labels=LABELS, lane=lane, prefix="b")
+    for chunk_id in (chunk_a, chunk_b):
+        if lane == "cpu":
+            run_chunk.apply(args=(chunk_id,)).get()
+            continue
+        prep_chunk.apply(args=(chunk_id,)).get()
+        model_chunk.apply(args=(chunk_id,)).get()
+        post_chunk.apply(args=(chunk_id,)).get()
+    assert _outputs(cache_on, job_a) == [planted]
+    b_outputs = _outputs(cache_on, job_b)
+    assert b_outputs[0] == b_outputs[1] != planted and b_outputs[0]["label"] in LABELS
+    # Each account's entry is its own: A still has the planted one, B its computed one.
+    assert account_cache(cache_on, job_a).get(["classify"], LABELS, [text]) == [planted]
+    assert account_cache(cache_on, job_b).get(["classify"], LABELS, [text]) == [b_outputs[0]]

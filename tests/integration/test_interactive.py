@@ -163,7 +163,7 @@ def test_identical_texts_are_computed_once_and_then_come_from_the_cache(
     client = make_app(
         anonymous_rate_limit="100000/minute", sync_timeout=30.0, cache_ttl=300
     ).test_client()
-    _, key = account_factory("standard")
+    account, key = account_factory("standard")
     t = tag()
     texts = [f"same {t}", f"other {t}", f"same {t}"]
     first = post(client, key, "embed", texts)
@@ -173,15 +173,61 @@ def test_identical_texts_are_computed_once_and_then_come_from_the_cache(
     r = redis.Redis.from_url(settings.redis_url)
     keys = r.keys("laneway:cache:*")
     # The worker stored each distinct text once, with the TTL.
-    from laneway.cache import cache_key, task_identity
+    from laneway.cache import cache_key, cache_scope, task_identity
 
-    identity = task_identity(settings, "embed", [])
+    identity = task_identity(settings, "embed", [], cache_scope(settings, account.id))
     mine = {cache_key(identity, x).encode() for x in texts}
     assert len(mine) == 2 and mine <= set(keys)
     assert 0 < r.ttl(next(iter(mine))) <= 300
     again = post(client, key, "embed", texts)
     assert again.status_code == 200 and again.json["cached"] is True
     assert again.json["results"] == results
+
+
+def test_no_account_learns_that_another_sent_the_same_text(
+    worker, make_app, settings, account_factory
+):
+    """The cache is per account: what A sent changes nothing B can observe, neither the
+    `cached` flag nor an at-once 200 where B would otherwise get a 202 (Prefer: wait=0
+    answers from the cache or not at all)."""
+    client = make_app(
+        anonymous_rate_limit="100000/minute", sync_timeout=30.0, cache_ttl=300
+    ).test_client()
+    (_, key_a), (_, key_b) = account_factory(), account_factory()
+    t = tag()
+    secret, unseen = [f"A's private text {t}"], [f"a text nobody sent {t}"]
+    first = post(client, key_a, "embed", secret)
+    assert first.status_code == 200 and first.json["cached"] is False
+    assert post(client, key_a, "embed", secret).json["cached"] is True
+    at_once = {"Prefer": "wait=0"}
+    assert client.post("/v1/embed", json={"items": [{"id": "0", "text": secret[0]}]},
+                       headers={**auth(key_a), **at_once}).status_code == 200  # fmt: skip
+    # B, the same text and one nobody sent: answered alike, each as never seen.
+    for texts in (secret, unseen):
+        b = client.post("/v1/embed", json={"items": [{"id": "0", "text": texts[0]}]},
+                        headers={**auth(key_b), **at_once})  # fmt: skip
+        assert b.status_code == 202, (texts, b.json)
+        answered = post(client, key_b, "embed", texts)
+        assert answered.status_code == 200 and answered.json["cached"] is False
+        assert "Server-Timing" in answered.headers  # the worker computed it
+    # B's own repeat is B's to know.
+    assert post(client, key_b, "embed", secret).json["cached"] is True
+
+
+def test_an_operator_may_share_the_cache_across_accounts(make_app, settings, account_factory):
+    from laneway.cache import ResultCache
+
+    shared = {"anonymous_rate_limit": "100000/minute", "cache_ttl": 300, "cache_shared": True}
+    client = make_app(**shared).test_client()
+    (_, key_a), (_, key_b) = account_factory(), account_factory()
+    text = f"shared by the operator's choice {tag()}"
+    on = client.application.config["LANEWAY_SETTINGS"]
+    cache = ResultCache(redis.Redis.from_url(on.redis_url), on).scoped("someone")
+    cache.put(["embed"], [], [text], [{"embedding": [0.5]}])
+    for key in (key_a, key_b):
+        answer = post(client, key, "embed", [text])
+        assert answer.status_code == 200 and answer.json["cached"] is True
+        assert answer.json["results"][0]["embedding"] == [0.5]
 
 
 def test_too_many_items_is_a_400_naming_the_setting(client, account_factory):

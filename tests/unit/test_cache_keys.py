@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from laneway.cache import ResultCache, cache_key, cached_compute, task_identity, unique
+from laneway.cache import (
+    ResultCache,
+    cache_key,
+    cache_scope,
+    cached_compute,
+    task_identity,
+    unique,
+)
 from laneway.settings import Settings
 
 
@@ -51,3 +58,27 @@ def test_identical_texts_are_computed_once_even_without_a_cache():
     assert seen == [["a", "bb", "ccc"]] and computed == 3
     assert [o["embedding"][0] for o in outputs] == [1, 2, 1, 3, 2]
     assert unique(texts) == (["a", "bb", "ccc"], [0, 1, 0, 2, 1])
+
+
+def test_entries_are_per_account_unless_shared():
+    s = Settings.from_env({})
+    a, b = cache_scope(s, 1), cache_scope(s, 2)
+    assert a != b
+    mine = cache_key(task_identity(s, "embed", [], a), "hello")
+    assert mine != cache_key(task_identity(s, "embed", [], b), "hello")
+    shared = dataclasses.replace(s, cache_shared=True)
+    assert cache_scope(shared, 1) == cache_scope(shared, 2)
+
+
+def test_a_cache_without_an_account_reads_and_stores_nothing():
+    s = Settings.from_env({})
+
+    class Refuse:
+        def __getattr__(self, name):
+            raise AssertionError(f"an unscoped cache used Redis ({name})")
+
+    cache = ResultCache(Refuse(), s)  # type: ignore[arg-type]
+    assert not cache.enabled and not cache.scoped(None).enabled
+    assert cache.get(["embed"], [], ["x"]) == [None]
+    cache.put(["embed"], [], ["x"], [{"embedding": [1]}])
+    assert cache.scoped(7).enabled and cache.scoped(7).scope == "account:7"

@@ -8,7 +8,7 @@ from laneway.interactive import Coalescer, new_request
 
 
 def request(n: int):
-    return new_request(["embed"], [], [(str(n), f"text {n}")], keep=False)
+    return new_request(["embed"], [], [(str(n), f"text {n}")], keep=False, account=1)
 
 
 def test_a_lone_request_is_sent_at_once_in_its_own_message():

@@ -251,6 +251,17 @@ def test_interactive_settings_and_their_defaults():
     assert Settings.from_env({"LANEWAY_TORCH_THREADS": "1"}).torch_threads_for(batch=True) == 1
 
 
+def test_cache_scope_and_session_lifetime_settings():
+    s = Settings.from_env({})
+    assert (s.cache_shared, s.session_lifetime) == (False, 12 * 3600)
+    s = Settings.from_env({"LANEWAY_CACHE_SHARED": "true", "LANEWAY_SESSION_LIFETIME": "900"})
+    assert (s.cache_shared, s.session_lifetime) == (True, 900)
+    with pytest.raises(SettingsError, match="LANEWAY_CACHE_SHARED must be true or false"):
+        Settings.from_env({"LANEWAY_CACHE_SHARED": "maybe"})
+    with pytest.raises(SettingsError, match="LANEWAY_SESSION_LIFETIME"):
+        Settings.from_env({"LANEWAY_SESSION_LIFETIME": "5"})
+
+
 @pytest.mark.parametrize(
     "var,value",
     [
