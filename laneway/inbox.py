@@ -28,7 +28,7 @@ import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC
 from typing import Any, BinaryIO
@@ -61,6 +61,7 @@ LOCK = ".lock"
 # Names uploaders give a file while they write it, before renaming it into place.
 IN_PROGRESS = (".part", ".partial", ".tmp", ".temp", ".crdownload", ".filepart", ".upload", "~")
 TRUNCATED_GZIP_GRACE = 24 * 3600  # seconds a settled gzip file without its end may wait
+NAME_MAX = 255  # bytes in a file name (Linux, every common filesystem)
 ACCOUNT_FOLDER = "an account's folder must be a real folder on the inbox's filesystem"
 
 
@@ -83,11 +84,15 @@ class Outcome:
 
 
 def outbox_stem(name: str) -> str:
-    """The file's name without `.gz` and its type: `orders.csv.gz` -> `orders`."""
+    """The file's name without `.gz` and its type: `orders.csv.gz` -> `orders`; cut to
+    leave room for `-2-results.jsonl` and a temporary name within NAME_MAX."""
     stem = name[:-3] if name.lower().endswith(".gz") else name
     for ext in FILE_TYPES:
         if stem.lower().endswith(ext):
-            return stem[: -len(ext)]
+            stem = stem[: -len(ext)]
+            break
+    while len(stem.encode()) > NAME_MAX - 64:
+        stem = stem[:-1]
     return stem
 
 
@@ -186,11 +191,14 @@ class Scan:
             yield
         finally:
             # A file that could not be put back stays, for the next scan to put back.
-            if _remove_empty(self.scan_fd):
-                os.unlink(LOCK, dir_fd=self.scan_fd)
-                os.rmdir(self.scan_id, dir_fd=working)
-            else:
-                log.error("%s: files left in %s/%s", self.scan_id, WORKING, self.scan_id)
+            try:
+                if _remove_empty(self.scan_fd):
+                    os.unlink(LOCK, dir_fd=self.scan_fd)
+                    os.rmdir(self.scan_id, dir_fd=working)
+                else:
+                    log.error("%s/%s: files left for the next scan", WORKING, self.scan_id)
+            except OSError as exc:
+                log.error("%s/%s: not removed (%s)", WORKING, self.scan_id, exc)
             _close(self.scan_fd, lock)
 
     def _recover_abandoned(self, working: int) -> None:
@@ -199,13 +207,16 @@ class Scan:
             try:
                 folder = safefs.open_dir(name, working, self.dev)
             except safefs.Refused:
-                os.unlink(name, dir_fd=working)  # not ours: the entry itself goes
+                with suppress(OSError):
+                    os.unlink(name, dir_fd=working)  # not ours: the entry itself goes
                 continue
-            except FileNotFoundError:
+            except OSError:
                 continue
             try:
                 if self._put_back_abandoned(name, folder):
                     shutil.rmtree(name, dir_fd=working, ignore_errors=True)
+            except OSError as exc:  # a scan's leftovers never stop the scans after it
+                log.error("%s/%s: not recovered (%s)", WORKING, printable(name), exc)
             finally:
                 os.close(folder)
 
@@ -432,11 +443,19 @@ class Scan:
             return self._refused(folder.name, name, f"{message} ({REJECTED}/: {exc})")
         try:
             report = f"{printable(name)} was not ingested.\n\n{message}\n\n{advice}\n"
-            safefs.write_atomically(fd, f"{target}.error.txt", [report])
+            safefs.write_atomically(fd, _report_name(target), [report])
         finally:
             os.close(fd)
         self.progress(f"{folder.label(name)}: rejected: {message}")
         return Outcome(folder.name, name, "rejected", message)
+
+
+def _report_name(target: str) -> str:
+    """`<target>.error.txt`, the target's name shortened where the whole would be longer
+    than a file name may be (with room for the temporary name it is written under)."""
+    while len(os.fsencode(f".{target}.error.txt.12345678.tmp")) > NAME_MAX:
+        target = target[:-1]
+    return f"{target}.error.txt"
 
 
 def _remove_empty(scan_fd: int) -> bool:

@@ -13,6 +13,7 @@ import socket
 import stat
 import subprocess
 import time
+import uuid
 
 import pytest
 from sqlalchemy import select
@@ -337,3 +338,20 @@ def test_an_unreadable_file_is_rejected_and_the_scan_goes_on(inbox, account_fact
     assert outcomes["open.csv"].status == "ingested"
     assert outcomes["locked.csv"].status == "rejected"
     assert "cannot be opened" in outcomes["locked.csv"].detail
+
+
+def test_names_as_long_as_a_name_may_be_get_their_report_and_their_results(inbox, account_factory):
+    from laneway.outbox import write_outbox
+    from tests.integration.test_outbox import finish
+
+    account, _ = account_factory()
+    bad, good = "b" * 251 + ".csv", "g" * 251 + ".csv"  # 255 bytes, the most there is
+    drop(inbox, account.name, bad, b"no header here\n")
+    drop(inbox, account.name, good, b"id,text\nr0,a text\nr1,another\n")
+    outcomes = by_name(scan_inbox(inbox))
+    assert outcomes[bad].status == "rejected" and outcomes[good].status == "ingested"
+    reports = [n for n in os.listdir(inbox.inbox_dir / account.name / REJECTED) if n != bad]
+    assert len(reports) == 1 and reports[0].endswith(".error.txt")
+    finish(uuid.UUID(outcomes[good].job_id), 2)
+    written = write_outbox(uuid.UUID(outcomes[good].job_id), inbox)
+    assert (inbox.outbox_dir / account.name / written["results"]).exists()
