@@ -14,6 +14,11 @@ A scan (beat, on LANEWAY_INBOX_SCHEDULE; or `laneway inbox scan`) takes each com
   rejected as a duplicate naming the first one's job;
 - then moved to `<account>/processed/`, or to `<account>/rejected/` beside a
   `<file>.error.txt` that names the problem and the line.
+
+Nothing in a folder is trusted: every folder and file is opened from its parent's
+descriptor without following a link, and what was opened is checked (laneway/safefs.py).
+A link, a pipe, a device, a hard-linked file or a name with a control character is
+rejected with a report; each entry is handled alone, so none stops the scan.
 """
 
 from __future__ import annotations
@@ -213,14 +218,14 @@ class Scan:
             except OSError:
                 continue
             try:
-                if self._put_back_abandoned(name, folder):
+                if self._put_back_abandoned(folder):
                     shutil.rmtree(name, dir_fd=working, ignore_errors=True)
             except OSError as exc:  # a scan's leftovers never stop the scans after it
                 log.error("%s/%s: not recovered (%s)", WORKING, printable(name), exc)
             finally:
                 os.close(folder)
 
-    def _put_back_abandoned(self, name: str, folder: int) -> bool:
+    def _put_back_abandoned(self, folder: int) -> bool:
         """True when the dead scan's folder may go: every file put back, or none there."""
         try:
             lock = os.open(LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
@@ -233,10 +238,14 @@ class Scan:
                 fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return False  # a live scan
+            accounts = [name for name in os.listdir(folder) if name != LOCK]
+            if not accounts:
+                # Nothing claimed: a scan between its lock's creation and its flock, or
+                # one that died claiming nothing (debris once old).
+                return time.time() - os.fstat(folder).st_mtime > 3600
             complete = True
-            for account in os.listdir(folder):
-                if account != LOCK:
-                    complete &= self._put_back_account(folder, account)
+            for account in accounts:
+                complete &= self._put_back_account(folder, account)
             return complete
 
     def _put_back_account(self, folder: int, account: str) -> bool:

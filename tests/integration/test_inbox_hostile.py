@@ -355,3 +355,25 @@ def test_names_as_long_as_a_name_may_be_get_their_report_and_their_results(inbox
     finish(uuid.UUID(outcomes[good].job_id), 2)
     written = write_outbox(uuid.UUID(outcomes[good].job_id), inbox)
     assert (inbox.outbox_dir / account.name / written["results"]).exists()
+
+
+def test_what_a_dead_scan_left_is_put_back_without_following_links(inbox, two):
+    attacker, victim = two
+    dead = inbox.inbox_dir / WORKING / "host-1-dead"
+    (dead / attacker.name).mkdir(parents=True)
+    (dead / ".lock").write_text("")  # nobody holds it
+    os.symlink("/etc/passwd", dead / attacker.name / "evil.csv")
+    # A second dead scan whose "account folder" is a link to the victim's folder.
+    other = inbox.inbox_dir / WORKING / "host-2-dead"
+    other.mkdir()
+    (other / ".lock").write_text("")
+    os.symlink(inbox.inbox_dir / victim.name, other / "linked")
+
+    outcomes = {(o.account, o.name): o for o in scan_inbox(inbox)}
+
+    evil = outcomes[(attacker.name, "evil.csv")]
+    assert evil.status == "rejected" and "symbolic link" in evil.detail
+    assert os.readlink(inbox.inbox_dir / attacker.name / REJECTED / "evil.csv") == "/etc/passwd"
+    assert outcomes[(victim.name, "waiting.csv")].status == "ingested"
+    assert not (inbox.inbox_dir / "linked").exists()  # nothing put back through the link
+    assert not dead.exists()
