@@ -298,21 +298,21 @@ class Scan:
                 if problem:
                     why = f"{problem}: nothing is taken from this account's folder until it is"
                     return [self._refused(name, sub, why + " a real folder")]
+            entries = sorted(os.listdir(fd))
             os.mkdir(name, dir_fd=self.scan_fd)
             claims = safefs.open_dir(name, self.scan_fd, self.dev)
+        except safefs.Refused as exc:
+            _close(claims, fd)
+            return [self._refused("", name, f"{exc}: {ACCOUNT_FOLDER}")]
+        except OSError as exc:  # unreadable (permissions): the other accounts go on
+            _close(claims, fd)
+            return [self._refused("", name, f"cannot be read ({exc.strerror})")]
+        try:
             folder = _Folder(name, fd, claims)
             account = self._account(name)
             now = time.time()
-            outcomes = []
-            for entry in sorted(os.listdir(fd)):
-                outcome = self._entry(account, folder, entry, now)
-                if outcome is not None:
-                    outcomes.append(outcome)
-            return outcomes
-        except safefs.Refused as exc:
-            return [self._refused("", name, f"{exc}: {ACCOUNT_FOLDER}")]
-        except OSError as exc:  # unreadable (permissions): the other accounts go on
-            return [self._refused("", name, f"cannot be read ({exc.strerror})")]
+            outcomes = (self._entry(account, folder, entry, now) for entry in entries)
+            return [outcome for outcome in outcomes if outcome is not None]
         finally:
             _close(claims, fd)
 
@@ -330,7 +330,10 @@ class Scan:
     ) -> Outcome | None:
         if _in_progress(name) or name in (PROCESSED, REJECTED):
             return None
-        st = safefs.lstat(name, folder.fd)
+        try:
+            st = safefs.lstat(name, folder.fd)
+        except OSError as exc:
+            return self._refused(folder.name, name, f"cannot be examined ({exc.strerror})")
         if st is None:
             return None
         if stat.S_ISDIR(st.st_mode):

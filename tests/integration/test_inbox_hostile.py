@@ -377,3 +377,25 @@ def test_what_a_dead_scan_left_is_put_back_without_following_links(inbox, two):
     assert outcomes[(victim.name, "waiting.csv")].status == "ingested"
     assert not (inbox.inbox_dir / "linked").exists()  # nothing put back through the link
     assert not dead.exists()
+
+
+def test_an_unexpected_failure_on_one_file_never_stops_the_others(inbox, two, monkeypatch):
+    import laneway.inbox
+
+    attacker, victim = two
+    drop(inbox, attacker.name, "boom.csv", lines_csv(2, "boom"))
+    drop(inbox, attacker.name, "calm.csv", lines_csv(2, "calm"))
+    real = laneway.inbox.store_file
+
+    def store(settings, account, name, *args, **kwargs):
+        if name == "boom.csv":
+            raise RecursionError("what a parser might hit on a hostile file")
+        return real(settings, account, name, *args, **kwargs)
+
+    monkeypatch.setattr(laneway.inbox, "store_file", store)
+    outcomes = {(o.account, o.name): o for o in scan_inbox(inbox)}
+    boom = outcomes[(attacker.name, "boom.csv")]
+    assert boom.status == "waiting" and "RecursionError" in boom.detail
+    assert (inbox.inbox_dir / attacker.name / "boom.csv").exists()  # back for the next scan
+    assert outcomes[(attacker.name, "calm.csv")].status == "ingested"
+    assert outcomes[(victim.name, "waiting.csv")].status == "ingested"
