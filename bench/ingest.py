@@ -77,7 +77,8 @@ def ingest_one(path: Path, dispatch: bool) -> dict:
 
     baseline = vm_kib("VmRSS")
     started = time.perf_counter()
-    stored = store_file(settings, account, path)
+    with path.open("rb") as fh:
+        stored = store_file(settings, account, path.name, fh, path.stat().st_size)
     seconds = time.perf_counter() - started
     peak = vm_kib("VmHWM")
     assert isinstance(stored, tuple), stored

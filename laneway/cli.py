@@ -293,6 +293,7 @@ def inbox_scan(as_json: bool) -> None:
     import json
 
     from laneway.inbox import scan_inbox
+    from laneway.logsafe import printable
     from laneway.redis_conn import embedded_redis
 
     settings = _settings()
@@ -302,9 +303,10 @@ def inbox_scan(as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps(outcome.as_dict()))
             continue
-        where = f"{outcome.account}/{outcome.name}" if outcome.account else outcome.name
+        shown = outcome.as_dict()  # names escaped: a newline in one never forges a line
+        where = f"{shown['account']}/{shown['name']}" if outcome.account else shown["name"]
         job = f" job {outcome.job_id}" if outcome.job_id else ""
-        click.echo(f"{outcome.status:9s} {where}{job}: {outcome.detail}")
+        click.echo(f"{outcome.status:9s} {where}{job}: {printable(outcome.detail)}")
     if not outcomes:
         click.echo(f"nothing in {settings.inbox_dir}", err=True)
 

@@ -32,12 +32,23 @@ class TruncatedInput(InputError):
     """A gzip stream ends before its end marker: truncated, or still being written."""
 
 
+DEFAULT_MAX_BLANK_LINES = 10_000
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 @dataclass(frozen=True)
 class Limits:
     max_items: int
     max_text_chars: int
     # The setting that names the item limit, for the message (it differs by account type).
     max_items_setting: str = "LANEWAY_MAX_ITEMS"
+    # Bytes a file may hold once inflated (None: no bound but the caller's), and the
+    # setting that names it: a small gzip file must not cost more than its plain self.
+    max_bytes: int | None = None
+    max_bytes_setting: str = "LANEWAY_MAX_UPLOAD_BYTES"
+    # Lines in a row without an item (blank or whitespace only): a stream of nothing is
+    # refused after this many rather than read to its end.
+    max_blank_lines: int = DEFAULT_MAX_BLANK_LINES
 
 
 def parse_json_body(data: bytes, allowed: Iterable[str]) -> dict[str, Any]:
@@ -211,6 +222,44 @@ def _line_limit(limits: Limits) -> int:
     return 6 * limits.max_text_chars + 64 * 1024
 
 
+class _BlankRun:
+    """The lines in a row that hold no item: a run past the limits is refused, so a stream
+    of nothing (a small gzip file of newlines) costs no more than a file of items would."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.max_lines, self.max_chars = limits.max_blank_lines, _line_limit(limits)
+        self.lines = self.chars = 0
+
+    def blank(self, number: int, chars: int) -> None:
+        self.lines += 1
+        self.chars += chars
+        if self.lines > self.max_lines:
+            raise InputError(
+                f"line {number}: more than {self.max_lines} lines in a row without an item "
+                f"(blank or whitespace only), the limit (LANEWAY_MAX_BLANK_LINES)"
+            )
+        if self.chars > self.max_chars:
+            raise InputError(
+                f"line {number}: the lines in a row without an item hold more than "
+                f"{self.max_chars} characters, more than the longest line may "
+                "(LANEWAY_MAX_TEXT_CHARS)"
+            )
+
+    def item(self) -> None:
+        self.lines = self.chars = 0
+
+
+def _first_line(raw: bytes, gzipped: bool) -> None:
+    """Name a compressed content plainly rather than as invalid UTF-8."""
+    if raw.startswith(GZIP_MAGIC):
+        if gzipped:
+            raise InputError(
+                "line 1: the content is gzip-compressed again inside the gzip file (nested "
+                "gzip): compress it once"
+            )
+        raise InputError("line 1: the file is gzip-compressed: name it .gz (e.g. items.csv.gz)")
+
+
 def _lines(stream: BinaryIO, limits: Limits, gzipped: bool) -> Iterator[str]:
     """Decode UTF-8 line by line, so an invalid byte is reported with its line number; no
     line is read whole past the limit, so one endless line cannot exhaust memory."""
@@ -219,6 +268,8 @@ def _lines(stream: BinaryIO, limits: Limits, gzipped: bool) -> Iterator[str]:
     try:
         for raw in iter(partial(stream.readline, limit), b""):
             number += 1
+            if number == 1:
+                _first_line(raw, gzipped)
             if len(raw) >= limit and raw[-1:] != b"\n":
                 raise InputError(
                     f"line {number}: longer than {limit} bytes, more than a text of "
@@ -246,10 +297,12 @@ def _lines(stream: BinaryIO, limits: Limits, gzipped: bool) -> Iterator[str]:
         raise InputError(f"line {number + 1}: not a valid gzip file ({exc})") from None
 
 
-def _jsonl_rows(lines: Iterator[str]) -> Iterator[tuple[Any, Any, int]]:
+def _jsonl_rows(lines: Iterator[str], run: _BlankRun) -> Iterator[tuple[Any, Any, int]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
+            run.blank(number, len(line))
             continue
+        run.item()
         try:
             # orjson: a fraction of the stdlib's time per line (docs/benchmarks.md); it also
             # refuses absurd nesting and integers beyond 64 bits.
@@ -261,7 +314,7 @@ def _jsonl_rows(lines: Iterator[str]) -> Iterator[tuple[Any, Any, int]]:
         yield obj.get("id"), obj.get("text"), number
 
 
-def _csv_rows(lines: Iterator[str]) -> Iterator[tuple[Any, Any, int]]:
+def _csv_rows(lines: Iterator[str], run: _BlankRun) -> Iterator[tuple[Any, Any, int]]:
     reader = csv.reader(lines, strict=True)
     try:
         header = next(reader, None)
@@ -274,11 +327,14 @@ def _csv_rows(lines: Iterator[str]) -> Iterator[tuple[Any, Any, int]]:
         for row in reader:
             if len(row) != width or not (row[id_col].strip() or row[text_col].strip()):
                 if not row or all(not cell.strip() for cell in row):
-                    continue  # blank lines between records
+                    # Blank lines between records; a row's characters and its separators.
+                    run.blank(reader.line_num, sum(map(len, row)) + len(row) + 1)
+                    continue
                 if len(row) != width:
                     raise InputError(
                         f"line {reader.line_num}: expected {width} columns, found {len(row)}"
                     )
+            run.item()
             yield row[id_col], row[text_col], reader.line_num
     except csv.Error as exc:
         if "field larger than field limit" in str(exc):
@@ -310,20 +366,37 @@ def file_kind(filename: str) -> tuple[str, bool]:
     )
 
 
-class _Hashing(io.RawIOBase):
-    """Feed everything read through it to a digest, a block at a time."""
+class _Metered(io.RawIOBase):
+    """The (inflated) content, a block at a time: fed to a digest when one is given, and
+    refused once past `limits.max_bytes`, read no further than one byte beyond it."""
 
-    def __init__(self, inner: BinaryIO, digest: Any) -> None:
-        self.inner, self.digest = inner, digest
+    def __init__(self, inner: BinaryIO, limits: Limits, gzipped: bool, digest: Any) -> None:
+        self.inner, self.limits, self.gzipped, self.digest = inner, limits, gzipped, digest
+        self.left = limits.max_bytes
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        n = self.inner.readinto(buffer)  # type: ignore[attr-defined]
-        if n:
-            self.digest.update(memoryview(buffer)[:n])
+        view = memoryview(buffer)
+        if self.left is not None:
+            view = view[: self.left + 1]
+        data = self.inner.read(len(view))
+        n = len(data)
+        view[:n] = data
+        if self.left is not None:
+            self.left -= n
+            if self.left < 0:
+                raise InputError(size_error(self.limits, self.gzipped))
+        if n and self.digest is not None:
+            self.digest.update(view[:n])
         return n
+
+
+def size_error(limits: Limits, gzipped: bool) -> str:
+    """The message for content past `limits.max_bytes`, naming the limit and its setting."""
+    what = "the gzip file inflates to" if gzipped else "the file has"
+    return f"{what} more than {limits.max_bytes} bytes, the limit of {limits.max_bytes_setting}"
 
 
 def file_items(filename: str, stream: BinaryIO, limits: Limits, digest: Any = None) -> ItemStream:
@@ -333,8 +406,10 @@ def file_items(filename: str, stream: BinaryIO, limits: Limits, digest: Any = No
     kind, gzipped = file_kind(filename)
     if gzipped:
         stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
-    if digest is not None:
-        stream = io.BufferedReader(_Hashing(stream, digest), 1 << 20)  # type: ignore[assignment]
+    if digest is not None or limits.max_bytes is not None:
+        metered = _Metered(stream, limits, gzipped, digest)
+        stream = io.BufferedReader(metered, 1 << 20)  # type: ignore[assignment]
     lines = _lines(stream, limits, gzipped)
-    rows = _csv_rows(lines) if kind == "csv" else _jsonl_rows(lines)
+    run = _BlankRun(limits)
+    rows = _csv_rows(lines, run) if kind == "csv" else _jsonl_rows(lines, run)
     return ItemStream(_checked(rows, limits, "line {}"), "line {}")

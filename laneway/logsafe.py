@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import traceback
+import unicodedata
 from typing import Any
 
 REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -23,6 +24,24 @@ REDACTIONS: tuple[tuple[re.Pattern[str], str], ...] = (
     # the scheme and host only.
     (re.compile(r"\b(https?://[^/\s?#\"']+)[/?#][^\s\"']*"), r"\1/***"),
 )
+
+
+# Control and format characters, line and paragraph separators, lone surrogates (a file
+# name's invalid bytes): none may reach a line of output as it is.
+UNPRINTABLE = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def unprintable(text: str) -> str | None:
+    """The first character of `text` that could break or forge a line, or None."""
+    if text.isprintable():
+        return None
+    return next((c for c in text if unicodedata.category(c) in UNPRINTABLE), None)
+
+
+def printable(text: str) -> str:
+    """`text` as it is when it prints on one line, else its repr ('a\\nb'): a name with a
+    newline or a carriage return never forges a line of a log, an output or a report."""
+    return repr(text) if unprintable(text) is not None else text
 
 
 def redact(text: str) -> str:

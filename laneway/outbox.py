@@ -2,8 +2,9 @@
 
 `LANEWAY_OUTBOX_DIR/<account>/<file>-results.csv` (for a CSV input; `.jsonl` otherwise)
 and `<file>-summary.json`, each written under a temporary dot-name and renamed into place,
-results first: a summary's presence means its results are complete. Then the account's
-webhook, if it has one, is told.
+results first: a summary's presence means its results are complete. The account's folder
+is opened without following a link (laneway/safefs.py): nothing is written outside it.
+Then the account's webhook, if it has one, is told.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import select
@@ -21,6 +22,7 @@ from sqlalchemy import select
 from db.models import FINAL_JOB_STATUSES, Account, InboxFile, Job
 from db.queries import failure_summary, iter_results, utcnow
 from db.session import session_factory
+from laneway import safefs
 from laneway.inputs import file_kind
 from laneway.results import csv_blocks, job_view, jsonl_lines
 from laneway.settings import Settings
@@ -37,17 +39,21 @@ def outbox_names(row: InboxFile) -> tuple[str, str]:
     return f"{row.stem}-results.{'csv' if kind == 'csv' else 'jsonl'}", f"{row.stem}-summary.json"
 
 
-def write_atomically(path: Path, blocks: Iterable[str]) -> None:
-    """Write under a dot-name (pickup tools skip those), then rename into place."""
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
-        stale.unlink(missing_ok=True)  # left by an attempt that died
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        for block in blocks:
-            fh.write(block)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+@contextmanager
+def account_folder(settings: Settings, account: str) -> Iterator[int]:
+    """The account's outbox folder, open: a real folder on the outbox's filesystem, made
+    when missing; a link planted in its place is refused (safefs.Refused), never followed."""
+    root = safefs.open_root(settings.outbox_dir)
+    try:
+        fd = safefs.open_dir(account, root, os.fstat(root).st_dev, create=True)
+    except safefs.Refused as exc:
+        raise safefs.Refused(f"outbox folder {account!r}: {exc}; nothing written") from None
+    finally:
+        os.close(root)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _inbox_job(session: Any, job_id: uuid.UUID) -> tuple[InboxFile, Job, Account] | None:
@@ -75,17 +81,15 @@ def write_outbox(job_id: uuid.UUID, settings: Settings) -> dict[str, Any] | None
         account = account_row.name
         view = job_view(session, job, settings)
         failures = failure_summary(session, job.id, job.total_items)
-    folder = settings.outbox_dir / account
-    folder.mkdir(parents=True, exist_ok=True)
     results_name, summary_name = outbox_names(row)
-    with factory() as session:
+    with account_folder(settings, account) as folder, factory() as session:
         results = iter_results(session, job.id)
         blocks = (
             csv_blocks(results, list(job.tasks), list(job.labels))
             if results_name.endswith(".csv")
             else jsonl_lines(results)
         )
-        write_atomically(folder / results_name, blocks)
+        safefs.write_atomically(folder, results_name, blocks)
     summary = {
         "file": {
             "name": row.name,
@@ -99,7 +103,8 @@ def write_outbox(job_id: uuid.UUID, settings: Settings) -> dict[str, Any] | None
         "counts": _counts(job),
         "failures": failures,
     }
-    write_atomically(folder / summary_name, [json.dumps(summary, indent=2) + "\n"])
+    with account_folder(settings, account) as folder:
+        safefs.write_atomically(folder, summary_name, [json.dumps(summary, indent=2) + "\n"])
     with factory.begin() as session:
         session.get(InboxFile, row.id).outbox_written_at = utcnow()  # type: ignore[union-attr]
     log.info("job %s: results in %s/%s", job.id, account, results_name)

@@ -385,6 +385,8 @@ class Settings:
     max_items: int = 100_000
     max_text_chars: int = 20_000
     max_upload_bytes: int = 64 * 1024 * 1024
+    # Lines in a row without an item a file may hold (a gzip file of newlines is refused).
+    max_blank_lines: int = 10_000
     web_host: str = "127.0.0.1"
     web_port: int = 8000
     web_workers: int = 2
@@ -486,6 +488,8 @@ class Settings:
     inbox_schedule: str = "0 2 * * *"
     inbox_settle: int = 60
     inbox_max_items: int = 5_000_000
+    # Bytes per inbox file, counted inflated for a gzip file.
+    inbox_max_bytes: int = 4 * 1024 * MIB
     inbox_tasks: tuple[str, ...] = ("classify",)
 
     def model_for(self, task: str) -> ModelSpec | None:
@@ -563,6 +567,7 @@ class Settings:
             "max_items": ("LANEWAY_MAX_ITEMS", _int("LANEWAY_MAX_ITEMS", 1)),
             "max_text_chars": ("LANEWAY_MAX_TEXT_CHARS", _int("LANEWAY_MAX_TEXT_CHARS", 1)),
             "max_upload_bytes": ("LANEWAY_MAX_UPLOAD_BYTES", _int("LANEWAY_MAX_UPLOAD_BYTES", 1)),
+            "max_blank_lines": ("LANEWAY_MAX_BLANK_LINES", _int("LANEWAY_MAX_BLANK_LINES", 1)),
             "web_host": ("LANEWAY_WEB_HOST", str.strip),
             "web_port": ("LANEWAY_WEB_PORT", _int("LANEWAY_WEB_PORT", 1)),
             "web_workers": ("LANEWAY_WEB_WORKERS", _int("LANEWAY_WEB_WORKERS", 1)),
@@ -614,6 +619,7 @@ class Settings:
             "inbox_schedule": ("LANEWAY_INBOX_SCHEDULE", _crontab("LANEWAY_INBOX_SCHEDULE")),
             "inbox_settle": ("LANEWAY_INBOX_SETTLE", _int("LANEWAY_INBOX_SETTLE", 0)),
             "inbox_max_items": ("LANEWAY_INBOX_MAX_ITEMS", _int("LANEWAY_INBOX_MAX_ITEMS", 1)),
+            "inbox_max_bytes": ("LANEWAY_INBOX_MAX_BYTES", _int("LANEWAY_INBOX_MAX_BYTES", 1)),
             "inbox_tasks": (
                 "LANEWAY_INBOX_TASKS",
                 _distinct("LANEWAY_INBOX_TASKS", "tasks", TASKS),

@@ -3,6 +3,7 @@ inbox job's finalization, and the webhook notice after it."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable
 from datetime import timedelta
@@ -16,10 +17,13 @@ from db.queries import utcnow
 from db.session import session_scope
 from laneway.inbox import scan_inbox
 from laneway.outbox import notify_webhook, write_outbox
+from laneway.safefs import Refused
 from laneway.settings import get_settings
 from laneway.webhooks import WebhookError
 from tasks.backend import fire_and_forget
 from tasks.base import TRANSIENT_ERRORS, LanewayTask, visibility_timeout
+
+log = logging.getLogger("laneway.outbox")
 
 
 @shared_task(name="laneway.scan_inbox", base=LanewayTask)
@@ -33,7 +37,13 @@ def scan_inbox_task() -> dict[str, Any]:
 
 @shared_task(name="laneway.write_outbox", base=LanewayTask)
 def write_outbox_task(job_id: str) -> dict[str, Any]:
-    written = write_outbox(uuid.UUID(job_id), get_settings())
+    try:
+        written = write_outbox(uuid.UUID(job_id), get_settings())
+    except Refused as exc:
+        # The account's outbox folder is a link (or no folder): nothing is written through
+        # it. The reconciler sends this writer again; it writes once the folder is real.
+        log.error("job %s: outbox not written: %s", job_id, exc)
+        return {"job": job_id, "written": False, "refused": str(exc)}
     if written is None:
         return {"job": job_id, "written": False}
     with fire_and_forget():

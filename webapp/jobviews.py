@@ -28,11 +28,15 @@ from tasks.lifecycle import retry_dead_letters
 
 
 def item_limits(settings: Settings, account_type: str) -> Limits:
-    """The item limits of the caller's account type."""
+    """The item limits of the caller's account type; its body limit bounds a gzip upload's
+    inflated content too."""
     return Limits(
         settings.limits_for(account_type).max_items,
         settings.max_text_chars,
         f"LANEWAY_MAX_ITEMS_{account_type.upper()}",
+        max_bytes=settings.limits_for(account_type).max_upload_bytes,
+        max_bytes_setting=f"LANEWAY_MAX_UPLOAD_BYTES_{account_type.upper()}",
+        max_blank_lines=settings.max_blank_lines,
     )
 
 

@@ -7,12 +7,14 @@ import csv
 import gzip
 import io
 import json
+import os
 import subprocess
 import uuid
 
 import pytest
 
 from laneway.settings import DEFAULT_LABELS
+from tests import bombs
 from tests.e2e.procs import BIN, Proc, start_worker, wait_for
 from tests.receiver import Receiver
 
@@ -50,6 +52,12 @@ def test_beat_scans_the_inbox_on_schedule_and_results_reach_the_outbox(
     )
     (folder / "tickets.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
     (folder / "broken.csv").write_text('id,text\n1,fine\n2,"never closed\n')
+    # What an attacker drops beside them: none of it may stop the night's files.
+    secret = tmp_path / "secret.csv"
+    secret.write_text("id,text\ns1,another account's secret\n")
+    os.symlink(secret, folder / "stolen.csv")
+    os.mkfifo(folder / "pipe.csv")
+    (folder / "nothing.jsonl.gz").write_bytes(bombs.nothing("newlines.jsonl.gz"))
 
     with Receiver(fail=1) as receiver:
         token = f"s3cr3t{uuid.uuid4().hex}"
@@ -79,6 +87,13 @@ def test_beat_scans_the_inbox_on_schedule_and_results_reach_the_outbox(
     assert processed == ["orders.csv", "tickets.jsonl.gz"]
     report = (folder / "rejected" / "broken.csv.error.txt").read_text()
     assert "line 3: malformed CSV" in report
+    for name, problem in (
+        ("stolen.csv", "a symbolic link (never followed)"),
+        ("pipe.csv", "a named pipe (FIFO)"),
+        ("nothing.jsonl.gz", "LANEWAY_MAX_BLANK_LINES"),
+    ):
+        assert problem in (folder / "rejected" / f"{name}.error.txt").read_text()
+    assert os.readlink(folder / "rejected" / "stolen.csv") == str(secret)
 
     rows = list(csv.DictReader((outbox / account.name / "orders-results.csv").open()))
     assert [r["id"] for r in rows] == [f"o{i}" for i in range(12)]

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 import io
+import re
+import time
 
 import pytest
+from sqlalchemy import func, select
 
+from db.models import Job
+from db.session import session_scope
+from tests import bombs
 from tests.integration.conftest import auth
+from tests.integration.test_pages import _signed_in, _submit
 
 
 def _upload(client, key, data: bytes, filename: str = "in.csv", **fields):
@@ -16,6 +24,11 @@ def _upload(client, key, data: bytes, filename: str = "in.csv", **fields):
         headers=auth(key),
         content_type="multipart/form-data",
     )
+
+
+def jobs_of(account_id: int) -> int:
+    with session_scope() as session:
+        return session.scalar(select(func.count()).where(Job.account_id == account_id))
 
 
 def _error(response, status: int, *parts: str) -> None:
@@ -129,3 +142,72 @@ def test_a_body_that_is_neither_json_nor_an_upload_is_415(client, account_factor
         "/v1/jobs", data=b'{"items": "\xff"}', headers=auth(key), content_type="application/json"
     )
     _error(invalid, 400, "not valid UTF-8")
+
+
+# --- compressed input costs what it would cost uncompressed -------------------------------
+
+BROKEN_GZIP = [
+    ("nested.csv.gz", bombs.nested(b"id,text\n1,a\n"), "gzip-compressed again"),
+    ("tail.csv.gz", bombs.with_trailing_garbage(b"id,text\n1,a\n"), "not a valid gzip file"),
+    ("cut.jsonl.gz", bombs.truncated(b'{"id": 1, "text": "a"}\n' * 50), "gzip file ends early"),
+    ("plain.jsonl.gz", b'{"id": 1, "text": "a"}\n', "not a valid gzip file"),
+]
+
+
+def _items_past(limit: int) -> bytes:
+    """Items whose JSON lines add up past `limit` bytes, within every other limit."""
+    text = b"a" * 19_000
+    return b"".join(b'{"id": "%d", "text": "%s"}\n' % (i, text) for i in range(limit // 19_000 + 2))
+
+
+@pytest.mark.parametrize("name", sorted(bombs.NOTHING))
+def test_a_gzip_upload_of_nothing_is_refused_quickly_through_the_api(client, account_factory, name):
+    account, key = account_factory("demo")
+    started = time.monotonic()
+    response = _upload(client, key, bombs.nothing(name), name)
+    assert time.monotonic() - started < 10
+    _error(response, 400)
+    assert re.search(r"LANEWAY_MAX_BLANK_LINES|LANEWAY_MAX_TEXT_CHARS", response.json["message"])
+    assert jobs_of(account.id) == 0
+
+
+def test_a_gzip_upload_is_held_to_the_body_limit_once_inflated(client, account_factory):
+    account, demo = account_factory("demo")
+    packed = gzip.compress(_items_past(1 << 20))
+    assert len(packed) < 20_000  # far below the demo account's 1 MiB, as sent
+    _error(
+        _upload(client, demo, packed, "big.jsonl.gz"),
+        400,
+        "the gzip file inflates to more than 1048576 bytes",
+        "LANEWAY_MAX_UPLOAD_BYTES_DEMO",
+    )
+    assert jobs_of(account.id) == 0
+    # The trial account's limit is 8 MiB: the same file is its to send.
+    _, trial = account_factory("trial")
+    assert _upload(client, trial, packed, "big.jsonl.gz").status_code == 202
+
+
+@pytest.mark.parametrize("name,data,message", BROKEN_GZIP)
+def test_broken_gzip_uploads_are_400_naming_the_problem(
+    client, account_factory, name, data, message
+):
+    _, key = account_factory()
+    _error(_upload(client, key, data, name), 400, message)
+
+
+def test_the_web_form_refuses_the_same_files_with_the_same_messages(app, account_factory):
+    browser, account = _signed_in(app, account_factory, "demo")
+    started = time.monotonic()
+    refused = _submit(browser, {"file": (io.BytesIO(bombs.nothing("newlines.csv.gz")), "n.csv.gz")})
+    assert time.monotonic() - started < 10
+    assert refused.status_code == 400 and b"LANEWAY_MAX_BLANK_LINES" in refused.data
+    big = {"file": (io.BytesIO(gzip.compress(_items_past(1 << 20))), "big.jsonl.gz")}
+    refused = _submit(browser, big)
+    assert refused.status_code == 400
+    assert b"inflates to more than 1048576 bytes, the limit of LANEWAY_MAX_UPLOAD_BYTES_DEMO" in (
+        refused.data
+    )
+    for name, data, message in BROKEN_GZIP:
+        refused = _submit(browser, {"file": (io.BytesIO(data), name)})
+        assert refused.status_code == 400 and message.encode() in refused.data, name
+    assert jobs_of(account.id) == 0

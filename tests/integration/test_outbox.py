@@ -21,9 +21,10 @@ from db.queries import finalize_job, upsert_results, utcnow
 from db.session import session_scope
 from laneway.inbox import scan_inbox
 from laneway.outbox import notify_webhook, write_outbox
+from laneway.safefs import Refused
 from laneway.settings import Settings
 from laneway.webhooks import WebhookError
-from tasks.inbox import resend_lost_outbox, send_outbox
+from tasks.inbox import resend_lost_outbox, send_outbox, write_outbox_task
 from tests.receiver import Receiver
 
 
@@ -131,6 +132,58 @@ def test_a_jsonl_input_gets_jsonl_results_and_later_files_never_overwrite(s, acc
     records = [json.loads(x) for x in (folder / "daily-results.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == ["r0", "r1", "r2"] and records[0]["label"] == "praise"
     assert len((folder / "daily-2-results.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.parametrize("where", ["other account", "outside", "dangling"])
+def test_a_linked_outbox_folder_is_refused_and_nothing_written_through_it(
+    s, account_factory, tmp_path, where, monkeypatch
+):
+    account, _ = account_factory()
+    other, _ = account_factory()
+    job_id = ingest(s, account, "orders.csv", csv_file(2))
+    finish(job_id, 2)
+    theirs, outside = s.outbox_dir / other.name, tmp_path / "outside"
+    theirs.mkdir(parents=True)
+    outside.mkdir()
+    target = {"other account": other.name, "outside": str(outside), "dangling": "/nowhere"}
+    os.symlink(target[where], s.outbox_dir / account.name)
+
+    with pytest.raises(Refused, match="symbolic link"):
+        write_outbox(job_id, s)
+    # The task says so, in its result and its log, and fails no further.
+    monkeypatch.setattr("tasks.inbox.get_settings", lambda: s)
+    told = write_outbox_task.run(str(job_id))
+    assert told["written"] is False and "symbolic link (never followed)" in told["refused"]
+    assert not list(theirs.iterdir()) and not list(outside.iterdir())
+    with session_scope() as session:
+        assert session.query(InboxFile).filter_by(job_id=job_id).one().outbox_written_at is None
+
+    # The account's folder made real again, the next attempt (the reconciler's) writes.
+    os.unlink(s.outbox_dir / account.name)
+    assert write_outbox(job_id, s)["results"] == "orders-results.csv"
+
+
+def test_links_planted_under_the_outbox_names_are_replaced_never_followed(
+    s, account_factory, tmp_path
+):
+    account, _ = account_factory()
+    job_id = ingest(s, account, "orders.csv", csv_file(3))
+    finish(job_id, 3)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    folder = s.outbox_dir / account.name
+    folder.mkdir(parents=True)
+    os.symlink(victim, folder / "orders-results.csv")
+    os.symlink(victim, folder / "orders-summary.json")
+    os.symlink(victim, folder / ".orders-results.csv.0000dead.tmp")  # a "stale" temp file
+
+    write_outbox(job_id, s)
+
+    assert victim.read_text() == "keep me"
+    results = folder / "orders-results.csv"
+    assert not results.is_symlink() and len(results.read_text().splitlines()) == 4
+    assert not (folder / "orders-summary.json").is_symlink()
+    assert sorted(os.listdir(folder)) == ["orders-results.csv", "orders-summary.json"]
 
 
 def test_finalizing_an_inbox_job_sends_its_outbox_writer(s, account_factory, settings):

@@ -1,9 +1,13 @@
 import gzip
 import io
+import re
+import time
+import tracemalloc
 
 import pytest
 
 from laneway.inputs import InputError, Limits, file_items, json_items, parse_labels
+from tests import bombs
 
 LIMITS = Limits(max_items=5, max_text_chars=50)
 
@@ -175,3 +179,98 @@ def test_an_endless_line_is_refused_without_reading_it_whole():
     limits = Limits(max_items=5, max_text_chars=10)
     with pytest.raises(InputError, match="line 2: longer than"):
         parse_bytes("x.jsonl", b'{"id": 1, "text": "a"}\n' + b"x" * 200_000, limits)
+
+
+# --- compressed input costs what it would cost uncompressed -------------------------------
+
+BOUNDED = Limits(
+    max_items=100,
+    max_text_chars=20_000,
+    max_items_setting="LANEWAY_MAX_ITEMS_DEMO",
+    max_bytes=1 << 20,
+    max_bytes_setting="LANEWAY_MAX_UPLOAD_BYTES_DEMO",
+)
+
+
+@pytest.mark.parametrize("name", sorted(bombs.NOTHING))
+def test_a_small_gzip_file_of_nothing_is_refused_at_once_in_bounded_memory(name):
+    data = bombs.nothing(name)
+    assert len(data) < bombs.MIB  # within the demo account's upload limit, as sent
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(InputError) as refused:
+            parse_bytes(name, data, BOUNDED)
+        seconds = time.perf_counter() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # 200 MiB inflated if read to its end: far less is read, and far less held.
+    assert seconds < 5, seconds
+    assert peak < 16 * bombs.MIB, peak
+    message = str(refused.value)
+    assert re.match(r"line \d+: ", message), message
+    assert "LANEWAY_MAX_BLANK_LINES" in message or "LANEWAY_MAX_TEXT_CHARS" in message
+
+
+def test_the_run_of_lines_without_an_item_has_a_bound_of_its_own():
+    limits = Limits(max_items=5, max_text_chars=50, max_blank_lines=3)
+    # Blank lines between items are fine up to the bound: each item starts a new run.
+    rows = b'{"id": "a", "text": "x"}\n\n \n\t\n{"id": "b", "text": "y"}\n\n\n\n'
+    assert parse_bytes("x.jsonl", rows, limits) == [("a", "x"), ("b", "y")]
+    # Line 5 is the fourth in a row without an item.
+    with pytest.raises(InputError, match=r"line 5: more than 3 lines in a row without an item"):
+        parse_bytes("x.jsonl", b'{"id": "a", "text": "x"}\n' + b"  \n" * 5, limits)
+    with pytest.raises(InputError, match=r"line 6: more than 3 lines.*LANEWAY_MAX_BLANK_LINES"):
+        parse_bytes("x.csv", b"id,text\n1,a\n,\n \n\n ,  \n2,b\n", limits)
+    # Uncompressed, the same file is refused the same way.
+    with pytest.raises(InputError, match="LANEWAY_MAX_BLANK_LINES"):
+        parse_bytes("x.jsonl", b"\n" * 10, limits)
+
+
+def test_inflated_bytes_are_held_to_the_upload_limit_naming_it():
+    texts = b"".join(b'{"id": "%d", "text": "%s"}\n' % (i, b"a" * 19_000) for i in range(60))
+    assert len(texts) > BOUNDED.max_bytes and len(gzip.compress(texts)) < 10_000
+    message = (
+        "the gzip file inflates to more than 1048576 bytes, the limit of "
+        "LANEWAY_MAX_UPLOAD_BYTES_DEMO"
+    )
+    with pytest.raises(InputError, match=message):
+        parse_bytes("x.jsonl.gz", gzip.compress(texts), BOUNDED)
+    # At the limit exactly, the file is read through.
+    exact = texts[: BOUNDED.max_bytes]
+    exact = exact[: exact.rindex(b"\n") + 1]
+    padded = exact + b"\n" * (BOUNDED.max_bytes - len(exact))
+    assert len(parse_bytes("x.jsonl.gz", gzip.compress(padded), BOUNDED)) == exact.count(b"\n")
+
+
+def test_the_byte_limit_reads_one_byte_past_it_and_no_further():
+    stream = io.BytesIO(b"id,text\n" + b"1," + b"a" * 40 + b"\n" + b"x" * 10_000)
+    limits = Limits(5, 100, max_bytes=50, max_bytes_setting="LANEWAY_INBOX_MAX_BYTES")
+    with pytest.raises(InputError, match="the file has more than 50 bytes.*INBOX_MAX_BYTES"):
+        list(file_items("x.csv", stream, limits).rows)
+    assert stream.tell() == 51
+
+
+@pytest.mark.parametrize(
+    "filename,data,message",
+    [
+        (
+            "x.csv.gz",
+            bombs.nested(b"id,text\n1,a\n"),
+            "line 1: the content is gzip-compressed again",
+        ),
+        ("x.csv", gzip.compress(b"id,text\n1,a\n"), "line 1: the file is gzip-compressed"),
+        (
+            "x.jsonl.gz",
+            bombs.with_trailing_garbage(b'{"id": 1, "text": "a"}\n'),
+            "not a valid gzip",
+        ),
+        ("x.jsonl.gz", bombs.truncated(b'{"id": 1, "text": "a"}\n' * 50), "gzip file ends early"),
+        ("x.csv.gz", gzip.compress(b"id,text\n")[:10] + b"\xff" * 20, "not a valid gzip file"),
+        ("x.csv.gz", b"", "the CSV file is empty"),
+    ],
+)
+def test_broken_gzip_files_are_named(filename, data, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        parse_bytes(filename, data, BOUNDED)

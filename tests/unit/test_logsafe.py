@@ -2,7 +2,7 @@ import logging
 
 import pytest
 
-from laneway.logsafe import install_redaction, redact
+from laneway.logsafe import install_redaction, printable, redact
 
 KEY = "lw_0123456789ab_Zx9-Qw_ErTy-uiop_ASDFghjkl1234567890abcd"
 
@@ -58,3 +58,21 @@ def test_every_logger_is_redacted_whatever_its_handler(caplog):
     assert "lw_0123456789ab_***" in text and "redis://:***@cache/0" in text
     assert '10.0.0.1 "GET /x?api_key=lw_0123456789ab_*** HTTP/1.1"' in text
     assert "Traceback" in text  # the traceback is still there, redacted
+
+
+@pytest.mark.parametrize(
+    "text,shown",
+    [
+        ("orders.csv", "orders.csv"),
+        ("résumé 2024.csv", "résumé 2024.csv"),
+        ("a\nb.csv", "'a\\nb.csv'"),
+        ("a\rb.csv", "'a\\rb.csv'"),
+        ("esc\x1b[2K.csv", "'esc\\x1b[2K.csv'"),
+        ("sep\u2028.csv", "'sep\\u2028.csv'"),
+        ("rlo\u202egnp.csv", "'rlo\\u202egnp.csv'"),
+        ("bad-\udcff.csv", "'bad-\\udcff.csv'"),
+    ],
+)
+def test_printable_escapes_whatever_could_break_a_line(text, shown):
+    assert printable(text) == shown
+    assert len(printable(text).splitlines()) == 1

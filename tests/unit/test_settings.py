@@ -191,6 +191,7 @@ def test_inbox_settings_and_their_defaults(tmp_path):
     s = Settings.from_env({"LANEWAY_HOME": str(tmp_path)})
     assert (s.inbox_dir, s.outbox_dir) == (tmp_path / "inbox", tmp_path / "outbox")
     assert (s.inbox_schedule, s.inbox_settle, s.inbox_tasks) == ("0 2 * * *", 60, ("classify",))
+    assert (s.inbox_max_bytes, s.max_blank_lines) == (4 << 30, 10_000)
     s = Settings.from_env(
         {
             "LANEWAY_INBOX_DIR": str(tmp_path / "drop"),
@@ -198,11 +199,14 @@ def test_inbox_settings_and_their_defaults(tmp_path):
             "LANEWAY_INBOX_SCHEDULE": "*/5  1-3 * * mon-fri",
             "LANEWAY_INBOX_SETTLE": "0",
             "LANEWAY_INBOX_TASKS": "classify, score",
+            "LANEWAY_INBOX_MAX_BYTES": "1048576",
+            "LANEWAY_MAX_BLANK_LINES": "50",
         }
     )
     assert (s.inbox_dir, s.outbox_dir) == (tmp_path / "drop", tmp_path / "pickup")
     assert s.inbox_schedule == "*/5 1-3 * * mon-fri"
     assert (s.inbox_settle, s.inbox_tasks) == (0, ("classify", "score"))
+    assert (s.inbox_max_bytes, s.max_blank_lines) == (1 << 20, 50)
 
 
 @pytest.mark.parametrize(
@@ -214,6 +218,8 @@ def test_inbox_settings_and_their_defaults(tmp_path):
         ("LANEWAY_INBOX_SETTLE", "-1", "at least 0"),
         ("LANEWAY_INBOX_MAX_ITEMS", "many", "integer"),
         ("LANEWAY_INBOX_TASKS", "classify,translate", "distinct tasks"),
+        ("LANEWAY_INBOX_MAX_BYTES", "0", "at least 1"),
+        ("LANEWAY_MAX_BLANK_LINES", "lots", "integer"),
     ],
 )
 def test_malformed_inbox_settings_name_the_variable(var, value, message):

@@ -1,0 +1,54 @@
+"""Hostile compressed input: small gzip files that inflate to a great deal of nothing, and
+gzip files that are nested, truncated or followed by garbage."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from functools import cache
+
+MIB = 1 << 20
+# What a gzip file may inflate to here: hundreds of MiB from ~200 KiB (deflate's best ratio
+# is about 1000:1), far past every limit a test sets.
+BOMB_BYTES = 200 * MIB
+
+
+@cache
+def inflating(block: bytes, total: int = BOMB_BYTES, head: bytes = b"") -> bytes:
+    """A gzip file of `head` then `block` repeated to `total` bytes, compressed a MiB at a
+    time (never held inflated)."""
+    out = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip container
+    piece = block * max(1, MIB // len(block))
+    parts = [out.compress(head)]
+    parts += [out.compress(piece) for _ in range(total // len(piece))]
+    return b"".join([*parts, out.flush()])
+
+
+# A header where a format needs one, then nothing: newlines, spaces on their lines,
+# whitespace of every kind, one endless line of spaces.
+NOTHING = {
+    "newlines.csv.gz": (b"\n", b"id,text\n1,hello\n"),
+    "newlines.jsonl.gz": (b"\n", b'{"id": "1", "text": "hello"}\n'),
+    "spaced-lines.jsonl.gz": (b" " * 200 + b"\n", b""),
+    "whitespace.csv.gz": (b" \t\r\n", b"id,text\n"),
+    "empty-cells.csv.gz": (b",\n", b"id,text\n"),
+    "one-endless-line.jsonl.gz": (b" ", b""),
+}
+
+
+def nothing(name: str) -> bytes:
+    block, head = NOTHING[name]
+    return inflating(block, BOMB_BYTES, head)
+
+
+def nested(data: bytes) -> bytes:
+    return gzip.compress(gzip.compress(data))
+
+
+def with_trailing_garbage(data: bytes) -> bytes:
+    return gzip.compress(data) + b"not gzip at all, after the end of the stream"
+
+
+def truncated(data: bytes) -> bytes:
+    packed = gzip.compress(data)
+    return packed[: len(packed) // 2]
