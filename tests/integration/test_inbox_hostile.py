@@ -201,9 +201,14 @@ def test_a_linked_processed_or_rejected_folder_stops_that_account_only(
 
 def test_a_linked_account_folder_is_refused_and_its_target_untouched(inbox, two, tmp_path):
     attacker, victim = two
-    # The attacker's folder is a link to the victim's; another name links to /etc.
+    # The attacker's folder is a link to the victim's; another name links to a system-like
+    # folder outside the inbox. A decoy stands in for /etc: a regression in this test must
+    # never move a real system folder's files into a rejected/ beside them.
     os.symlink(victim.name, inbox.inbox_dir / attacker.name)
-    os.symlink("/etc", inbox.inbox_dir / "etc")
+    decoy = tmp_path / "etc"
+    decoy.mkdir()
+    (decoy / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    os.symlink(decoy, inbox.inbox_dir / "etc")
     fifo = inbox.inbox_dir / "top-pipe"
     os.mkfifo(fifo)
 
@@ -218,6 +223,7 @@ def test_a_linked_account_folder_is_refused_and_its_target_untouched(inbox, two,
     assert [(o.account, o.name) for o in taken] == [(victim.name, "waiting.csv")]
     assert jobs_of_account(attacker.id) == 0
     assert os.path.islink(inbox.inbox_dir / attacker.name) and fifo.exists()
+    assert sorted(os.listdir(decoy)) == ["passwd"]  # nothing moved out of it or into it
 
 
 def test_a_linked_working_folder_is_set_aside_and_nothing_written_through_it(
