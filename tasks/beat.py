@@ -29,21 +29,19 @@ log = logging.getLogger(__name__)
 BROKER_CHECK_SECONDS = 2.0
 
 
-class HeartbeatScheduler(PersistentScheduler):
-    # Without entries due sooner, celery beat sleeps up to 5 minutes between ticks.
-    max_interval = min(BEAT_TICK_SECONDS, BROKER_CHECK_SECONDS)
+class EmptiedBrokerWatch:
+    """Sends the reconciler at once when Redis comes back empty (its epoch key gone)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        settings = get_settings()
-        self.heartbeat = beat_heartbeat(settings)
-        self.redis = redis_client(settings)
-        self._warned = False
-        super().__init__(*args, **kwargs)
+    def __init__(self, app: Any, r: Any) -> None:
+        self.app, self.redis = app, r
+        self.away = False  # warned once per outage, not on every tick
 
-    def reconcile_if_emptied(self) -> bool:
-        """Send the reconciler now if Redis lost its data; True when it was sent."""
+    def check(self) -> bool:
+        """True when Redis had lost its data and the reconciler was sent."""
         try:
-            if not broker_emptied(self.redis):
+            emptied = broker_emptied(self.redis)
+            self.away = False
+            if not emptied:
                 return False
             noticed = time.time()
             log.warning("Redis came back empty: reconciling now to send lost chunks again")
@@ -52,13 +50,27 @@ class HeartbeatScheduler(PersistentScheduler):
             self.app.send_task("laneway.reconcile", kwargs={"emptied_at": noticed})
             mark_broker(self.redis)
         except Exception as exc:  # noqa: BLE001 - Redis away: the next tick looks again
-            log.warning("cannot check whether Redis was emptied: %s", type(exc).__name__)
+            if not self.away:
+                log.warning("cannot check whether Redis was emptied: %s", type(exc).__name__)
+            self.away = True
             return False
         return True
 
+
+class HeartbeatScheduler(PersistentScheduler):
+    # Without entries due sooner, celery beat sleeps up to 5 minutes between ticks.
+    max_interval = min(BEAT_TICK_SECONDS, BROKER_CHECK_SECONDS)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        settings = get_settings()
+        self.heartbeat = beat_heartbeat(settings)
+        self._warned = False
+        super().__init__(*args, **kwargs)
+        self.broker_watch = EmptiedBrokerWatch(self.app, redis_client(settings))
+
     def tick(self, *args: Any, **kwargs: Any) -> float:
         interval = super().tick(*args, **kwargs)
-        self.reconcile_if_emptied()
+        self.broker_watch.check()
         try:
             self.heartbeat.touch()
         except OSError as exc:

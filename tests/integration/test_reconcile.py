@@ -132,21 +132,22 @@ def test_after_redis_came_back_empty_recent_chunks_without_a_message_are_sent_at
 
 
 def test_beat_notices_an_emptied_redis_once_and_sends_the_reconciler(settings, broker):
-    from tasks.beat import HeartbeatScheduler
+    from tasks.app import app
+    from tasks.beat import EmptiedBrokerWatch
     from tasks.broker import EPOCH_KEY
 
-    scheduler = HeartbeatScheduler.__new__(HeartbeatScheduler)  # its check, not its loop
-    from tasks.app import app
-
-    scheduler.app, scheduler.redis = app, broker
+    watch = EmptiedBrokerWatch(app, broker)
     broker.delete(EPOCH_KEY)
-    assert scheduler.reconcile_if_emptied()
+    assert watch.check()
     sent = [json.loads(m)["headers"] for m in broker.lrange("maintenance", 0, -1)]
     assert [h["task"] for h in sent] == ["laneway.reconcile"]
     assert "emptied_at" in sent[0]["kwargsrepr"]
-    assert not scheduler.reconcile_if_emptied()  # marked: the next tick sends nothing
+    assert not watch.check()  # marked: the next tick sends nothing
     broker.flushdb()  # Redis restarted without its data
-    assert scheduler.reconcile_if_emptied()
+    assert watch.check()
+    # Redis away: no send, no crash, and the check is made again on the next tick.
+    away = EmptiedBrokerWatch(app, redis.Redis(port=1, socket_connect_timeout=1))
+    assert not away.check() and away.away
 
 
 def test_a_message_delivered_long_ago_to_a_chunk_never_started_counts_as_lost(
