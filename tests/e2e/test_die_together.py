@@ -25,8 +25,8 @@ FLEET_ENV = {
     "LANEWAY_GPU_DEVICES": "0",
     "LANEWAY_INTERACTIVE_LANES": "cpu",
 }
-# Children shut down warm (SIGTERM): generous on a shared 2-core machine.
-GONE_WITHIN = 90
+# The kernel kills them at once; generous for a loaded 2-core machine all the same.
+GONE_WITHIN = 60
 
 
 def answers(url: str) -> Callable[[], bool]:

@@ -3,6 +3,8 @@ every item has exactly one result and the job was finalized once."""
 
 from __future__ import annotations
 
+import json
+import sys
 import uuid
 from pathlib import Path
 
@@ -35,6 +37,27 @@ def stall_items(n: int, stalled: int, prefix: str = "s") -> list[tuple[str, str]
         (f"{prefix}{i}", f"order {i:04d} {STALL_MARKER if i == stalled else filler} arrived")
         for i in range(n)
     ]
+
+
+FORWARD = Path(__file__).with_name("forward.py")
+
+
+def forwarder(
+    listen: str, targets: list[str], logdir: Path, name: str, port: int = 0
+) -> tuple[Proc, dict[str, int]]:
+    """tests/faults/forward.py on `listen`; returns it and the port it listens on per target."""
+    argv = [sys.executable, str(FORWARD), "--listen", listen, *targets]
+    if port:
+        argv += ["--port", str(port)]
+    proc = Proc(name, argv, logdir)
+
+    def ports():
+        for line in proc.log.read_text().splitlines():
+            if line.startswith("FORWARD "):
+                return json.loads(line.removeprefix("FORWARD "))
+        return None
+
+    return proc, wait_for(ports, 20, f"the forwarder {name}", [proc])
 
 
 def cpu_worker(logdir: Path, log_name: str, env=None, name: str = "cpu", **kw) -> Proc:

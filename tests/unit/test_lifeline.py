@@ -69,3 +69,14 @@ def test_without_the_lifeline_the_child_is_orphaned():
         assert orphan.is_running() and orphan.status() != psutil.STATUS_ZOMBIE
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+def test_a_helper_thread_sets_no_lifeline():
+    """The kernel would signal the child when that thread ends, not when the process does."""
+    import threading
+
+    found = []
+    helper = threading.Thread(target=lambda: found.append(die_with_parent()))
+    helper.start()
+    helper.join()
+    assert found == [None]
