@@ -41,7 +41,7 @@ async def _serve_one(host: str, port: int, reader, writer) -> None:  # noqa: ANN
     await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
 
 
-async def forward(listen: str, targets: list[str], port: int = 0) -> None:
+async def forward(listen: str, targets: list[str], listen_port: int = 0) -> None:
     ports = {}
     servers = []
     for target in targets:
@@ -50,7 +50,7 @@ async def forward(listen: str, targets: list[str], port: int = 0) -> None:
         async def serve(reader, writer, host=host, port=int(port)):  # noqa: ANN001, ANN202
             await _serve_one(host, port, reader, writer)
 
-        server = await asyncio.start_server(serve, listen, port, reuse_address=True)
+        server = await asyncio.start_server(serve, listen, listen_port, reuse_address=True)
         servers.append(server)
         ports[target] = server.sockets[0].getsockname()[1]
     print("FORWARD " + json.dumps(ports), flush=True)

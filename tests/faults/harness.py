@@ -81,6 +81,24 @@ def wait_running_chunk(settings, job_id, procs) -> int:
     return wait_for(running, 60, "a chunk to start", procs)
 
 
+def wait_under_way(settings, job_id, procs, queued: int = 2) -> None:
+    """Wait until one of the job's chunks is done and `queued` others still wait."""
+
+    def under_way() -> bool:
+        states = chunk_states(settings, job_id)
+        return states.count("done") >= 1 and states.count("queued") >= queued
+
+    wait_for(under_way, 120, "the job to be under way", procs,
+             report=lambda: job_report(settings, job_id))  # fmt: skip
+
+
+def assert_recovered(settings, job_id, n: int, status: str) -> None:
+    """The job succeeded, every item has one result, and it was finalized once."""
+    assert status == "succeeded", status
+    assert_exactly_one_result_each(settings, job_id, n)
+    assert len(events(settings, job_id, "finalized")) == 1
+
+
 def chunk_states(settings, job_id) -> list[str]:
     with session_scope(settings) as session:
         return list(

@@ -12,14 +12,14 @@ import redis
 from tests.e2e.procs import wait_for
 from tests.faults.harness import (
     RECOVERY_DEADLINE,
-    assert_exactly_one_result_each,
+    assert_recovered,
     beat,
-    chunk_states,
     cpu_worker,
     events,
     job_report,
     submit,
     wait_final,
+    wait_under_way,
 )
 
 pytestmark = pytest.mark.e2e
@@ -74,13 +74,7 @@ def recover_from_flush(
     the flush to the first re-send (checked against `resend_within`) and to the job's end."""
     resent = None
     try:
-
-        def some_done_some_waiting():
-            states = chunk_states(settings, job_id)
-            return states.count("done") >= 1 and states.count("queued") >= 2
-
-        wait_for(some_done_some_waiting, 120, "the job to be under way", procs,
-                 report=lambda: job_report(settings, job_id))  # fmt: skip
+        wait_under_way(settings, job_id, procs)
         redis.Redis.from_url(settings.redis_url).flushdb()
         flushed = time.monotonic()
         if resend_within is not None:
@@ -93,9 +87,7 @@ def recover_from_flush(
     finally:
         for proc in reversed(procs):
             proc.stop()
-    assert status == "succeeded", status
-    assert_exactly_one_result_each(settings, job_id, n)
-    assert len(events(settings, job_id, "finalized")) == 1
+    assert_recovered(settings, job_id, n, status)
     reasons = {e["reason"] for e in events(settings, job_id, "chunk_redispatched")}
     assert reasons == {"its broker message was lost"}  # the lost messages were re-sent
     return resent, took

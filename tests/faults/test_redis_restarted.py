@@ -18,15 +18,15 @@ import redis
 from tests.e2e.procs import wait_for
 from tests.faults.harness import (
     RECOVERY_DEADLINE,
-    assert_exactly_one_result_each,
+    assert_recovered,
     beat,
-    chunk_states,
     cpu_worker,
     events,
     forwarder,
     job_report,
     submit,
     wait_final,
+    wait_under_way,
 )
 from tests.faults.test_redis_flushed import PROMPT_RESEND
 
@@ -55,13 +55,7 @@ def test_redis_restarted_empty_lost_chunks_go_out_within_seconds_of_reconnecting
     procs.append(cpu_worker(tmp_path, "cpu-restart", env=env))
     worker = procs[1]
     try:
-
-        def some_done_some_waiting():
-            states = chunk_states(settings, job_id)
-            return states.count("done") >= 1 and states.count("queued") >= 3
-
-        wait_for(some_done_some_waiting, 120, "the job to be under way", procs,
-                 report=lambda: job_report(settings, job_id))  # fmt: skip
+        wait_under_way(settings, job_id, procs, queued=3)
         connections = worker.log.read_text().count("Connected to redis://")
         fwd.stop()  # every connection to "Redis" drops
         redis.Redis.from_url(settings.redis_url).flushdb()  # it comes back empty...
@@ -81,9 +75,7 @@ def test_redis_restarted_empty_lost_chunks_go_out_within_seconds_of_reconnecting
         for proc in reversed(procs):
             proc.stop()
         fwd.stop()
-    assert status == "succeeded", status
-    assert_exactly_one_result_each(settings, job_id, n)
-    assert len(events(settings, job_id, "finalized")) == 1
+    assert_recovered(settings, job_id, n, status)
     print(
         f"FIGURES redis restarted empty: items={n} outage={OUTAGE}s "
         f"reconnected_in={reconnect - back:.1f}s resent_after_reconnect={resent - reconnect:.1f}s "
