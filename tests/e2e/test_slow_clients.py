@@ -10,7 +10,9 @@ import shutil
 import socket
 import string
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -38,12 +40,25 @@ def largest_upload(settings: Settings) -> int:
     return max(settings.limits_for(kind).max_upload_bytes for kind in ACCOUNT_TYPES)
 
 
-def start_proxy(tmp_path: Path, upstream: str) -> tuple[Proc, str]:
-    """nginx in the foreground with the deployed server block and this test's paths."""
-    root = tmp_path / "nginx"
+# As root, nginx would look up a user for its workers (`nobody`) and they could not reach
+# pytest's private folders: it runs as this unprivileged uid instead, in a folder it owns.
+UNPRIVILEGED = 65534
+
+
+@pytest.fixture
+def nginx_dir() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="laneway-nginx-"))
     for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    root.chmod(0o777)  # nginx's workers may run as another user
+        (root / sub).mkdir()
+    if os.geteuid() == 0:
+        for path in (root, *root.iterdir()):
+            os.chown(path, UNPRIVILEGED, UNPRIVILEGED)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def start_proxy(root: Path, logdir: Path, upstream: str) -> tuple[Proc, str]:
+    """nginx in the foreground with the deployed server block and this test's paths."""
     port = free_port()
     server = string.Template(TEMPLATE.read_text()).safe_substitute(
         LANEWAY_PROXY_UPSTREAM=upstream,
@@ -58,11 +73,12 @@ def start_proxy(tmp_path: Path, upstream: str) -> tuple[Proc, str]:
         f"http {{\naccess_log {root / 'access.log'};\nclient_body_temp_path {root / 'body'};\n"
         f"proxy_temp_path {root / 'proxy'};\n{temp}include {root / 'laneway.conf'};\n}}\n"
     )
-    argv = [NGINX, "-p", str(root), "-e", str(root / "error.log"),
-            "-c", str(root / "nginx.conf")]  # fmt: skip
+    drop = ["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups"]
+    argv = [*(drop if os.geteuid() == 0 else []), NGINX, "-p", str(root),
+            "-e", str(root / "error.log"), "-c", str(root / "nginx.conf")]  # fmt: skip
     checked = subprocess.run([*argv, "-t"], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stderr
-    proc = Proc("nginx", [*argv, "-g", "daemon off;"], tmp_path)
+    proc = Proc("nginx", [*argv, "-g", "daemon off;"], logdir)
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: answers(url), 30, "nginx to answer", [proc])
     return proc, url
@@ -131,9 +147,9 @@ def served_promptly(url: str, times: int = 5, within: float = 5.0) -> list[float
     return took
 
 
-def test_stalled_clients_do_not_starve_the_web_app_behind_the_proxy(tmp_path):
+def test_stalled_clients_do_not_starve_the_web_app_behind_the_proxy(tmp_path, nginx_dir):
     web, web_url = start_web(tmp_path, WEB_ENV)
-    proxy, url = start_proxy(tmp_path, web_url.removeprefix("http://"))
+    proxy, url = start_proxy(nginx_dir, tmp_path, web_url.removeprefix("http://"))
     heads, bodies = [], []
     try:
         heads = stall(url, STALLED // 2, body=False)
