@@ -14,7 +14,7 @@ TORCH_INDEX ?=
 COMPOSE := $(BIN)/docker-compose
 COMPOSE_VERSION := 5.6.1.0
 
-.PHONY: install install-runtime torch demo test lint bench clean chromium screenshots
+.PHONY: install install-runtime torch demo test lint bench clean chromium nginx screenshots
 
 install: $(STAMP)
 
@@ -46,12 +46,17 @@ $(COMPOSE): $(STAMP)
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/laneway demo examples/customer_messages.csv
 
-test: install $(COMPOSE) chromium
+test: install $(COMPOSE) chromium nginx
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The browser tests drive Debian's chromium through Playwright (no browser download).
 chromium:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+
+# The slow-client test runs Debian's nginx, as configured for deployment, in front of the
+# web app (tests/e2e/test_slow_clients.py).
+nginx:
+	test -x /usr/sbin/nginx || (apt-get update && apt-get install -y nginx)
 
 # docs/screenshots/*.png: each page, taken by the browser test.
 screenshots: install chromium

@@ -39,6 +39,7 @@ def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Run one process in the foreground, keeping the embedded Redis alive around it;
     SIGTERM is passed on to it, and its exit status is returned (128 + N if signal N
     ended it, as a shell reports)."""
+    from laneway.lifeline import die_with_parent
     from laneway.redis_conn import embedded_redis
 
     child: list[subprocess.Popen] = []
@@ -53,7 +54,9 @@ def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
     previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
     try:
         with embedded_redis(_settings()):
-            child.append(subprocess.Popen(argv, env={**os.environ, **(env or {})}))
+            # The child dies with laneway, should laneway be killed (laneway/lifeline.py).
+            full_env = {**os.environ, **(env or {})}
+            child.append(subprocess.Popen(argv, env=full_env, preexec_fn=die_with_parent()))
             for signum in pending:
                 child[0].send_signal(signum)
             while True:

@@ -24,6 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from laneway import devicelock
+from laneway.lifeline import die_with_parent
+
 log = logging.getLogger("laneway.fleet")
 
 ALWAYS = "always"  # kept running: restarted when it exits
@@ -44,6 +47,8 @@ class Child:
     instance: str | None = None
     exits: deque = field(default_factory=lambda: deque(maxlen=RESTARTS_ALLOWED + 1))
     failed: int | None = None  # the exit code it was given up with
+    lock: Path | None = None  # a gpu worker's device lock (laneway/devicelock.py)
+    blocked: bool = False  # not started: another process holds its device
 
     @property
     def running(self) -> bool:
@@ -82,8 +87,9 @@ class Fleet:
         env: Mapping[str, str] | None = None,
         policy: str = ALWAYS,
         node: str | None = None,
+        lock: Path | None = None,
     ) -> Child:
-        child = Child(name, list(argv), dict(env or {}), policy, node)
+        child = Child(name, list(argv), dict(env or {}), policy, node, lock=lock)
         self.children[name] = child
         return child
 
@@ -95,10 +101,23 @@ class Fleet:
         reason: str = "fleet start",
         waiting_since: float | None = None,
     ) -> Child:
-        """Start a child (adding it first when argv is given)."""
+        """Start a child (adding it first when argv is given); a child whose device another
+        process holds is left `blocked`, and started by a later step once the device is free."""
         if argv is not None:
             self.add(name, argv, env)
         child = self.children[name]
+        lock_fd = None
+        if child.lock is not None:
+            lock_fd = devicelock.take(child.lock)
+            if lock_fd is None:
+                if not child.blocked:
+                    log.warning(
+                        "%s not started: its device is held by pid %s (%s); waiting for it",
+                        name, devicelock.holder(child.lock), child.lock,
+                    )  # fmt: skip
+                child.blocked = True
+                return child
+            child.blocked = False
         extra: dict[str, str] = {}
         if child.node is not None:
             from workers.registry import (
@@ -117,16 +136,25 @@ class Fleet:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             out = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
         # Each child gets its own process group, so Ctrl-C reaches only the supervisor,
-        # which then stops every child in order.
-        child.proc = subprocess.Popen(
-            child.argv,
-            env={**os.environ, **child.env, **extra},
-            start_new_session=True,
-            stdout=out,
-            stderr=out,
-        )
-        if out is not None:
-            out.close()
+        # which then stops every child in order; it dies with the supervisor, should that
+        # be killed; it holds its device's lock from before its start to its end.
+        try:
+            child.proc = subprocess.Popen(
+                child.argv,
+                env={**os.environ, **child.env, **extra},
+                start_new_session=True,
+                stdout=out,
+                stderr=out,
+                pass_fds=() if lock_fd is None else (lock_fd,),
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - started from the main thread
+            )
+            if lock_fd is not None:
+                devicelock.record_holder(lock_fd, child.proc.pid)
+        finally:
+            if out is not None:
+                out.close()
+            if lock_fd is not None:
+                os.close(lock_fd)  # the child's copy keeps the lock
         log.info("started %s (pid %s): %s", name, child.proc.pid, reason)
         _record(child, "start", reason, pid=child.proc.pid)
         return child
@@ -140,7 +168,10 @@ class Fleet:
     def finished(self) -> bool:
         """True when nothing runs and nothing will start again by itself."""
         return not any(
-            c.running or (c.policy == ALWAYS and c.failed is None) or c.policy == ON_DEMAND
+            c.running
+            or c.blocked
+            or (c.policy == ALWAYS and c.failed is None)
+            or c.policy == ON_DEMAND
             for c in self.children.values()
         )
 
@@ -198,9 +229,17 @@ class Fleet:
                 waiting_since=waiting_since,
             )
 
+    def _start_unblocked(self) -> None:
+        """Start the kept-up children that waited for their device (on-demand ones are
+        started again by _scale_up)."""
+        for child in self.children.values():
+            if child.blocked and child.policy != ON_DEMAND and not child.running:
+                self.start(child.name, reason="its device is free")
+
     def step(self) -> None:
         now = time.monotonic()
         self._reap(now)
+        self._start_unblocked()
         self._scale_up()
         if self.on_step is not None:
             self.on_step(self)

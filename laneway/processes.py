@@ -159,9 +159,12 @@ def node(name: str) -> str:
 
 
 def add_gpu_workers(fleet: Fleet, settings: Settings, devices: Sequence[str], policy: str) -> None:
+    from laneway.devicelock import lock_path
+
     for device in devices:
         name, argv, env = gpu_worker(settings, device)
-        fleet.add(f"worker-{name}", argv, env, policy=policy, node=node(name))
+        lock = lock_path(settings.home, device)
+        fleet.add(f"worker-{name}", argv, env, policy=policy, node=node(name), lock=lock)
 
 
 def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:

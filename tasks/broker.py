@@ -110,3 +110,17 @@ def snapshot(r: redis.Redis, queues: Iterable[str]) -> Snapshot:
         if task_id:
             snap.delivered[task_id] = when.get(tag, time.time())
     return snap
+
+
+# A key with no expiry that only an emptied Redis lacks (a restart without persistence, a
+# FLUSHALL or FLUSHDB): beat looks for it every few seconds (tasks/beat.py).
+EPOCH_KEY = "laneway:broker:epoch"
+
+
+def broker_emptied(r: redis.Redis) -> bool:
+    """True when Redis lost its data since `mark_broker` last ran (or never had it)."""
+    return not r.exists(EPOCH_KEY)
+
+
+def mark_broker(r: redis.Redis) -> None:
+    r.set(EPOCH_KEY, str(time.time()), nx=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import shared_task
@@ -67,11 +67,15 @@ def mark_dead_workers(settings: Settings) -> list[str]:
     return dead
 
 
-def recover_chunks(settings: Settings | None = None) -> dict[str, list[int]]:
+def recover_chunks(
+    settings: Settings | None = None, emptied_at: datetime | None = None
+) -> dict[str, list[int]]:
     """Send again the chunks that are not where Postgres says they are.
 
     - `queued` for longer than `redispatch_after` with no message in the broker (waiting,
-      or delivered recently enough to be held by a live worker): the message was lost.
+      or delivered recently enough to be held by a live worker): the message was lost. When
+      beat saw Redis come back empty at `emptied_at`, every chunk queued before then with
+      no message is lost, however recently it was queued: no grace to wait out.
     - `running` on a worker instance that stopped beating: the worker died with it.
     - `running` on a live worker past its hard time limit with no message left: its task
       ended without recording an outcome.
@@ -85,6 +89,8 @@ def recover_chunks(settings: Settings | None = None) -> dict[str, list[int]]:
     to_send: list[tuple[Chunk, str]] = []
     settle_jobs: set[uuid.UUID] = set()
     queued_before = now - timedelta(seconds=settings.redispatch_after)
+    if emptied_at is not None:
+        queued_before = max(queued_before, min(emptied_at, now))
     with session_scope(settings) as session:
         candidates = session.execute(
             select(Chunk, Job.lane, Job.status)
@@ -174,10 +180,12 @@ def depth_alerts(settings: Settings | None = None) -> dict[str, int]:
 
 
 @shared_task(name="laneway.reconcile", base=LanewayTask)
-def reconcile() -> dict[str, Any]:
+def reconcile(emptied_at: float | None = None) -> dict[str, Any]:
+    """One pass; `emptied_at` (a Unix time) when beat sent it because Redis came back empty."""
     settings = get_settings()
     dead = mark_dead_workers(settings)
-    chunks = recover_chunks(settings)
+    emptied = None if emptied_at is None else datetime.fromtimestamp(emptied_at, UTC)
+    chunks = recover_chunks(settings, emptied)
     return {
         **chunks,
         "dead_workers": dead,

@@ -3,6 +3,8 @@ every item has exactly one result and the job was finalized once."""
 
 from __future__ import annotations
 
+import json
+import sys
 import uuid
 from pathlib import Path
 
@@ -37,6 +39,27 @@ def stall_items(n: int, stalled: int, prefix: str = "s") -> list[tuple[str, str]
     ]
 
 
+FORWARD = Path(__file__).with_name("forward.py")
+
+
+def forwarder(
+    listen: str, targets: list[str], logdir: Path, name: str, port: int = 0
+) -> tuple[Proc, dict[str, int]]:
+    """tests/faults/forward.py on `listen`; returns it and the port it listens on per target."""
+    argv = [sys.executable, str(FORWARD), "--listen", listen, *targets]
+    if port:
+        argv += ["--port", str(port)]
+    proc = Proc(name, argv, logdir)
+
+    def ports():
+        for line in proc.log.read_text().splitlines():
+            if line.startswith("FORWARD "):
+                return json.loads(line.removeprefix("FORWARD "))
+        return None
+
+    return proc, wait_for(ports, 20, f"the forwarder {name}", [proc])
+
+
 def cpu_worker(logdir: Path, log_name: str, env=None, name: str = "cpu", **kw) -> Proc:
     argv = [str(BIN / "laneway"), "worker", "cpu", "--name", name]
     return start_worker(name, argv, logdir, env={**FAST, **(env or {})}, log_name=log_name, **kw)
@@ -56,6 +79,24 @@ def wait_running_chunk(settings, job_id, procs) -> int:
             )
 
     return wait_for(running, 60, "a chunk to start", procs)
+
+
+def wait_under_way(settings, job_id, procs, queued: int = 2) -> None:
+    """Wait until one of the job's chunks is done and `queued` others still wait."""
+
+    def under_way() -> bool:
+        states = chunk_states(settings, job_id)
+        return states.count("done") >= 1 and states.count("queued") >= queued
+
+    wait_for(under_way, 120, "the job to be under way", procs,
+             report=lambda: job_report(settings, job_id))  # fmt: skip
+
+
+def assert_recovered(settings, job_id, n: int, status: str) -> None:
+    """The job succeeded, every item has one result, and it was finalized once."""
+    assert status == "succeeded", status
+    assert_exactly_one_result_each(settings, job_id, n)
+    assert len(events(settings, job_id, "finalized")) == 1
 
 
 def chunk_states(settings, job_id) -> list[str]:

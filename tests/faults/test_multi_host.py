@@ -14,10 +14,8 @@ a result row, the chunk or the job."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -40,6 +38,7 @@ from tests.faults.harness import (
     assert_exactly_one_result_each,
     beat,
     events,
+    forwarder,
     job_report,
     stall_items,
     wait_final,
@@ -47,7 +46,6 @@ from tests.faults.harness import (
 
 pytestmark = pytest.mark.e2e
 
-FORWARD = Path(__file__).with_name("forward.py")
 # Dead after 3 missed heartbeats + 5 s: 11 s at 2 s (the default 5 s gives 20 s). The cut
 # host holds its chunk through the cut, the take-over and the rest of the job: a 120 s
 # chunk limit keeps its time limits out of the way (the 30 s of FAST would end it early).
@@ -72,17 +70,8 @@ def via(url: str, host: str, ports: dict[str, int]) -> str:
     return urlunsplit(parts._replace(netloc=f"{netloc}{host}:{ports[target]}"))
 
 
-def forwarder(host: netns.Host, targets: list[str], logdir) -> tuple[Proc, dict[str, int]]:
-    argv = [sys.executable, str(FORWARD), "--listen", host.gateway, *targets]
-    proc = Proc(f"forward-{host.hostname}", argv, logdir)
-
-    def ports():
-        for line in proc.log.read_text().splitlines():
-            if line.startswith("FORWARD "):
-                return json.loads(line.removeprefix("FORWARD "))
-        return None
-
-    return proc, wait_for(ports, 20, f"the forwarder for {host.hostname}", [proc])
+def host_forwarder(host: netns.Host, targets: list[str], logdir) -> tuple[Proc, dict[str, int]]:
+    return forwarder(host.gateway, targets, logdir, f"forward-{host.hostname}")
 
 
 def chunk_rows(settings, job_id) -> dict[int, tuple]:
@@ -153,7 +142,7 @@ def test_job_survives_losing_a_host(can_make_hosts, settings, migrated, account_
         try:
             for host in hosts:
                 node = f"cpu@{host.hostname}"
-                fwd, ports = forwarder(host, targets, tmp_path)
+                fwd, ports = host_forwarder(host, targets, tmp_path)
                 home = tmp_path / host.hostname
                 home.mkdir()
                 stalls[node] = stall_file(dataclasses.replace(settings, home=home))

@@ -114,6 +114,42 @@ def test_queued_chunks_with_a_message_or_just_sent_are_left_alone(settings, migr
     assert not {waiting, delivered, fresh} & set(recover_chunks(settings)["redispatched"])
 
 
+def test_after_redis_came_back_empty_recent_chunks_without_a_message_are_sent_at_once(
+    settings, migrated, broker
+):
+    """Beat saw Redis empty: a chunk queued seconds before has no grace to wait out, but one
+    whose message is back in the broker, or one queued after the emptying, is left be."""
+    _, (lost,) = make_job(settings)
+    _, (resent,) = make_job(settings)
+    _, (later,) = make_job(settings)
+    set_chunk(settings, lost, queued_at=utcnow() - timedelta(seconds=3))
+    push_message(broker, set_chunk(settings, resent, queued_at=utcnow() - timedelta(seconds=3)))
+    emptied_at = utcnow() - timedelta(seconds=1)
+    set_chunk(settings, later)  # queued after the emptying: its message may be on its way
+    assert lost not in recover_chunks(settings)["redispatched"]  # the slow pass waits
+    assert recover_chunks(settings, emptied_at)["redispatched"] == [lost]
+    assert get_chunk(settings, lost).task_id in waiting_ids(broker)
+
+
+def test_beat_notices_an_emptied_redis_once_and_sends_the_reconciler(settings, broker):
+    from tasks.app import app
+    from tasks.beat import EmptiedBrokerWatch
+    from tasks.broker import EPOCH_KEY
+
+    watch = EmptiedBrokerWatch(app, broker)
+    broker.delete(EPOCH_KEY)
+    assert watch.check()
+    sent = [json.loads(m)["headers"] for m in broker.lrange("maintenance", 0, -1)]
+    assert [h["task"] for h in sent] == ["laneway.reconcile"]
+    assert "emptied_at" in sent[0]["kwargsrepr"]
+    assert not watch.check()  # marked: the next tick sends nothing
+    broker.flushdb()  # Redis restarted without its data
+    assert watch.check()
+    # Redis away: no send, no crash, and the check is made again on the next tick.
+    away = EmptiedBrokerWatch(app, redis.Redis(port=1, socket_connect_timeout=1))
+    assert not away.check() and away.away
+
+
 def test_a_message_delivered_long_ago_to_a_chunk_never_started_counts_as_lost(
     settings, migrated, broker
 ):

@@ -83,7 +83,7 @@ LANEWAY_SERVICES = {
 def test_compose_is_accepted_and_complete(compose):
     config = compose(COMPOSE)
     services = config["services"]
-    assert set(services) == {"postgres", "redis"} | LANEWAY_SERVICES
+    assert set(services) == {"postgres", "redis", "proxy"} | LANEWAY_SERVICES
     assert services["migrate"]["command"] == ["db", "upgrade"]
     for name in LANEWAY_SERVICES - {"migrate"}:
         service = services[name]
@@ -104,7 +104,11 @@ def test_compose_is_accepted_and_complete(compose):
 
 
 # Services whose image brings its own check: Postgres's and Redis's.
-CHECKED_BY_THEIR_IMAGE = {"postgres": ["pg_isready"], "redis": ["redis-cli", "ping"]}
+CHECKED_BY_THEIR_IMAGE = {
+    "postgres": ["pg_isready"],
+    "redis": ["redis-cli", "ping"],
+    "proxy": ["curl", "-fsS"],
+}
 
 
 def test_compose_health_checks_are_real_probes(compose):
@@ -124,18 +128,82 @@ def test_compose_health_checks_are_real_probes(compose):
             assert_probes(f"compose {name}", argv, tuple(service["command"]))
 
 
-def test_compose_publishes_only_web_beyond_this_machine(compose):
+def test_compose_publishes_only_the_proxy_beyond_this_machine(compose):
     services = compose(COMPOSE)["services"]
     published = {
-        (name, port["target"]): port.get("host_ip", "")
+        (name, port["target"]): (port.get("host_ip", ""), port["published"])
         for name, service in services.items()
         for port in service.get("ports", [])
     }
-    assert published[("web", 8000)] in ("", "0.0.0.0")  # the app: every call needs a key
+    # The app, behind its buffering proxy (every call needs a key); gunicorn is not
+    # published at all: a slow client must never reach its threads directly.
+    assert published[("proxy", 8080)] in (("", "8000"), ("0.0.0.0", "8000"))
+    assert not any(name == "web" for name, _ in published)
     # Flower asks no password unless FLOWER_BASIC_AUTH is set: loopback only.
-    assert published[("flower", 5555)] == "127.0.0.1"
-    others = {k: ip for k, ip in published.items() if k != ("web", 8000)}
+    assert published[("flower", 5555)][0] == "127.0.0.1"
+    others = {k: ip for k, (ip, _) in published.items() if k != ("proxy", 8080)}
     assert all(ip == "127.0.0.1" for ip in others.values()), others
+
+
+NGINX_TEMPLATE = DOCKER / "nginx" / "laneway.conf.template"
+
+
+def largest_upload(env: dict[str, str]) -> int:
+    from laneway.settings import ACCOUNT_TYPES
+
+    settings = Settings.from_env(env)
+    return max(settings.limits_for(kind).max_upload_bytes for kind in ACCOUNT_TYPES)
+
+
+def assert_proxies_web(where: str, env: dict[str, str], upstream: str, web_env: dict) -> None:
+    """The proxy's settings: it points at web, takes the largest upload any account may
+    send (the app answers over-limit ones in JSON), and fills in every template variable."""
+    assert env["LANEWAY_PROXY_UPSTREAM"] == upstream, where
+    assert int(env["LANEWAY_PROXY_MAX_BODY"]) >= largest_upload(web_env), where
+    used = set(re.findall(r"\$\{(LANEWAY_PROXY_\w+)\}", NGINX_TEMPLATE.read_text()))
+    assert used == {k for k in env if k.startswith("LANEWAY_PROXY_")}, where
+
+
+def test_the_proxy_template_has_the_slow_client_limits():
+    text = NGINX_TEMPLATE.read_text()
+    for directive in ("client_header_timeout", "client_body_timeout", "send_timeout",
+                      "proxy_read_timeout", "keepalive_timeout", "keepalive_requests"):  # fmt: skip
+        assert re.search(rf"^\s*{directive} \d+s?;", text, re.M), directive
+    assert re.search(r"^\s*proxy_request_buffering on;", text, re.M)
+    assert re.search(r"^\s*client_max_body_size \$\{LANEWAY_PROXY_MAX_BODY\};", text, re.M)
+
+
+def test_compose_proxy_serves_web_with_the_deployed_config(compose):
+    services = compose(COMPOSE)["services"]
+    proxy = services["proxy"]
+    web_port = listens_on(tuple(services["web"]["command"]))
+    web_env = {k: v for k, v in services["web"]["environment"].items() if v is not None}
+    assert_proxies_web("compose proxy", proxy["environment"], f"web:{web_port}", web_env)
+    (mount,) = proxy["volumes"]
+    assert Path(mount["source"]) == NGINX_TEMPLATE
+    assert mount["target"] == "/etc/nginx/templates/default.conf.template"
+    assert proxy["depends_on"]["web"]["condition"] == "service_healthy"
+    assert proxy["healthcheck"]["test"][-1].endswith(":8080/livez")
+
+
+def test_k8s_proxy_carries_the_same_config_in_front_of_the_web_service():
+    docs = by_kind()
+    config = docs[("ConfigMap", "laneway-proxy")]["data"]
+    assert config == {"default.conf.template": NGINX_TEMPLATE.read_text()}, (
+        "deploy/k8s/proxy.yaml's copy differs from docker/nginx/laneway.conf.template"
+    )
+    proxy = docs[("Deployment", "laneway-proxy")]
+    (container,) = containers(proxy)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    port = docs[("Service", "laneway-web")]["spec"]["ports"][0]["port"]
+    web_env = dict(docs[("ConfigMap", "laneway-settings")]["data"])
+    assert_proxies_web("k8s proxy", env, f"laneway-web:{port}", web_env)
+    (volume,) = pod_spec(proxy)["volumes"]
+    assert volume["configMap"]["name"] == "laneway-proxy"
+    assert container["volumeMounts"][0]["mountPath"] == "/etc/nginx/templates"
+    assert container["readinessProbe"]["httpGet"]["path"] in web_routes()
+    service = docs[("Service", "laneway-proxy")]["spec"]
+    assert service["selector"].items() <= proxy["spec"]["template"]["metadata"]["labels"].items()
 
 
 def test_compose_gpu_override_reserves_gpus_on_the_cuda_image(compose):
@@ -378,8 +446,14 @@ def test_secrets_and_local_state_stay_out_of_the_image_and_git():
 # --- Kubernetes ---------------------------------------------------------------------------
 
 
-def by_kind() -> dict[tuple[str, str], dict]:
-    return {(d["kind"], d["metadata"]["name"]): d for d in k8s_documents() if "metadata" in d}
+def by_kind(proxy: bool = True) -> dict[tuple[str, str], dict]:
+    """Every k8s document by (kind, name); without the proxy (proxy.yaml, the nginx image)
+    when `proxy` is False: the checks of Laneway's own processes."""
+    return {
+        (d["kind"], d["metadata"]["name"]): d
+        for d in k8s_documents()
+        if "metadata" in d and (proxy or d["metadata"]["name"] != "laneway-proxy")
+    }
 
 
 def test_k8s_has_what_the_issue_asks():
@@ -434,7 +508,7 @@ def test_autoscaled_deployments_leave_the_count_to_their_autoscaler():
 
 
 def test_k8s_settings_live_in_the_configmap_and_secret():
-    docs = by_kind()
+    docs = by_kind(proxy=False)
     config = docs[("ConfigMap", "laneway-settings")]["data"]
     secret = docs[("Secret", "laneway")]["stringData"]
     assert {"LANEWAY_DATABASE_URL", "LANEWAY_REDIS_URL"} <= set(secret)
@@ -483,7 +557,7 @@ def volume_at(doc: dict, path: str) -> dict:
 def test_shared_files_are_on_a_shared_volume_and_metrics_stay_in_the_pod():
     from tasks.app import celery_config
 
-    docs = by_kind()
+    docs = by_kind(proxy=False)
     settings = Settings.from_env(dict(docs[("ConfigMap", "laneway-settings")]["data"]))
     routes = celery_config(settings)["task_routes"]
     file_queues = {routes[t]["queue"] for t in ("laneway.scan_inbox", "laneway.write_outbox")}
@@ -507,7 +581,7 @@ def test_shared_files_are_on_a_shared_volume_and_metrics_stay_in_the_pod():
 
 
 def test_every_long_running_pod_is_probed_for_real():
-    docs = by_kind()
+    docs = by_kind(proxy=False)
     for (kind, name), doc in docs.items():
         if kind != "Deployment":
             continue
@@ -540,7 +614,7 @@ def test_kustomization_lists_the_manifests_and_names_every_image():
     assert set(config["resources"]) == on_disk
     named = {image["name"] for image in config["images"]}
     used = {c["image"].split(":")[0] for d in k8s_documents() for c in containers(d)}
-    assert used == named == {"laneway", "laneway-cuda"}
+    assert used == named == {"laneway", "laneway-cuda", "nginx"}
 
 
 def test_the_settings_and_the_migrations_go_first():
@@ -568,6 +642,7 @@ def test_setting_the_images_rolls_every_pod_and_the_migrations(tmp_path):
     config["images"] = [
         {"name": "laneway", "newName": "registry.example/laneway", "newTag": "1.4.0"},
         {"name": "laneway-cuda", "newName": "registry.example/laneway-cuda", "newTag": "1.4.0"},
+        *[i for i in config["images"] if i["name"] == "nginx"],
     ]
     (copy / "kustomization.yaml").write_text(yaml.safe_dump(config))
     rendered = subprocess.run(
@@ -580,4 +655,5 @@ def test_setting_the_images_rolls_every_pod_and_the_migrations(tmp_path):
     }
     assert images.pop(("Deployment", "laneway-worker-gpu")) == "registry.example/laneway-cuda:1.4.0"
     assert images.pop(("Job", "laneway-migrate")) == "registry.example/laneway:1.4.0"
+    assert images.pop(("Deployment", "laneway-proxy")) == "nginx:1.27"
     assert images and set(images.values()) == {"registry.example/laneway:1.4.0"}, images

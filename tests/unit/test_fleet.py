@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -182,3 +183,47 @@ def test_without_cuda_the_fleet_runs_the_cpu_interactive_worker_alone():
     settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu"})
     assert interactive_lanes(settings) == ("cpu",)
     assert not [n for n in worker_fleet(settings).children if n.startswith("worker-interactive-")]
+
+
+def test_a_device_held_by_another_process_gets_no_second_worker(tmp_path):
+    """The lock a killed fleet's worker still holds keeps a new fleet's worker for that
+    device from starting; it starts in the step after the device is free."""
+    from laneway import devicelock
+
+    lock = tmp_path / "locks" / "gpu-0.lock"
+    held = devicelock.take(lock)  # an orphan from an earlier fleet, say
+    assert held is not None
+    devicelock.record_holder(held, 4242)
+    fleet = Fleet(log_dir=tmp_path)
+    fleet.add("gpu0", WARM, policy=ALWAYS, lock=lock)
+    try:
+        fleet.start_always()
+        fleet.step()
+        assert fleet.children["gpu0"].blocked and not fleet.children["gpu0"].running
+        assert not fleet.finished()  # waiting for the device, not done
+        os.close(held)
+        fleet.step()
+        child = fleet.children["gpu0"]
+        assert child.running and not child.blocked
+        # The worker holds the lock now (the fleet closed its own copy): nobody else gets it.
+        assert devicelock.take(lock) is None
+        assert devicelock.holder(lock) == str(child.proc.pid)
+    finally:
+        fleet.stop()
+    again = devicelock.take(lock)  # the worker's exit freed the device
+    assert again is not None
+    os.close(again)
+
+
+def test_a_device_lock_taken_twice_in_one_process_is_refused(tmp_path):
+    from laneway import devicelock
+
+    lock = devicelock.lock_path(tmp_path, "3")
+    assert lock.name.endswith("-3.lock") and lock.parent == tmp_path / "locks"
+    first = devicelock.take(lock)
+    assert first is not None
+    try:
+        assert devicelock.take(lock) is None  # a second open file: flock says no
+    finally:
+        os.close(first)
+    assert devicelock.holder(tmp_path / "missing.lock") == "?"
