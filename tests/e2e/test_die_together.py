@@ -128,7 +128,39 @@ def ask_for_gpu_work() -> None:
     device_health.apply_async(queue="gpu")
 
 
-def test_a_fleet_restarted_after_sigkill_runs_one_gpu_worker_per_device(tmp_path):
+def forget_the_gpu_lane(settings) -> None:
+    """What the killed fleet leaves in this run's broker and database: gpu-lane messages
+    (waiting, or delivered to the killed gpu0 and never acknowledged, which count as gpu work)
+    and its gpu0's worker row, never marked stopped. Later tests expect a gpu lane at zero."""
+    import json
+
+    from sqlalchemy import update
+
+    from db.models import Worker
+    from db.queries import utcnow
+    from db.session import session_scope
+    from laneway.redis_conn import redis_client
+    from tasks.broker import UNACKED, UNACKED_INDEX, queue_keys
+
+    r = redis_client(settings)
+    r.delete(*queue_keys("gpu"))
+    for tag, raw in r.hgetall(UNACKED).items():
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(entry, list) and len(entry) == 3 and entry[2] == "gpu":
+            r.hdel(UNACKED, tag)
+            r.zrem(UNACKED_INDEX, tag)
+    with session_scope(settings) as session:
+        session.execute(
+            update(Worker)
+            .where(Worker.hostname.like("gpu%"), Worker.stopped_at.is_(None))
+            .values(stopped_at=utcnow(), stop_reason="killed by test_die_together")
+        )
+
+
+def test_a_fleet_restarted_after_sigkill_runs_one_gpu_worker_per_device(tmp_path, settings):
     first = Proc("fleet-1", [str(BIN / "laneway"), "fleet"], tmp_path, FLEET_ENV)
     second = None
     leftovers: list[psutil.Process] = []
@@ -162,3 +194,4 @@ def test_a_fleet_restarted_after_sigkill_runs_one_gpu_worker_per_device(tmp_path
         if second is not None:
             second.stop()
         first.stop()
+        forget_the_gpu_lane(settings)

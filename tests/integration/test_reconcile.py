@@ -127,7 +127,9 @@ def test_after_redis_came_back_empty_recent_chunks_without_a_message_are_sent_at
     emptied_at = utcnow() - timedelta(seconds=1)
     set_chunk(settings, later)  # queued after the emptying: its message may be on its way
     assert lost not in recover_chunks(settings)["redispatched"]  # the slow pass waits
-    assert recover_chunks(settings, emptied_at)["redispatched"] == [lost]
+    # Only this test's chunks are judged: earlier tests' chunks share the database.
+    redispatched = set(recover_chunks(settings, emptied_at)["redispatched"])
+    assert redispatched & {lost, resent, later} == {lost}
     assert get_chunk(settings, lost).task_id in waiting_ids(broker)
 
 
