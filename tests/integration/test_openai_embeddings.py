@@ -26,7 +26,8 @@ def worker(tmp_path_factory, settings, migrated):
     empty_queues(settings)
     logdir = tmp_path_factory.mktemp("openai")
     argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "openai-it"]
-    proc = start_worker("openai-it", argv, logdir, env={"LANEWAY_FAULTS": "poison"})
+    env = {"LANEWAY_FAULTS": "poison", "LANEWAY_CACHE_TTL": "300"}
+    proc = start_worker("openai-it", argv, logdir, env=env)
     yield proc
     proc.stop()
 
@@ -139,6 +140,12 @@ def test_keys_and_rate_limits_as_the_rest_of_the_api(make_app, settings, account
         ({"input": "a", "dimensions": 256}, 400, "dimensions", "384-dimensional"),
         ({"input": "a", "encoding_format": "int8"}, 400, "encoding_format", "'float' or 'base64'"),
         ({"input": "a", "stream": True}, 400, None, "unknown field 'stream'"),
+        ({"input": [{"text": "a"}]}, 400, "input", "input[0] must be a string"),
+        ({"input": ["a", ["b"]]}, 400, "input", "token ids"),
+        ({"input": "x" * 200_001}, 400, "input", "LANEWAY_MAX_TEXT_CHARS"),
+        ({"input": "a", "model": None}, 400, "model", "'model' must be a string"),
+        ({"input": "a", "dimensions": 0}, 400, "dimensions", "positive integer"),
+        ({"input": "a", "dimensions": 1e400}, 400, "dimensions", "positive integer"),
     ],
 )
 def test_bad_requests_in_openai_shape(client, account_factory, body, status, param, needle):
@@ -180,3 +187,26 @@ def test_an_input_the_model_fails_on_is_named(worker, client, account_factory):
     _, key = account_factory()
     r = embeddings(client, key, input=["fine", f"{POISON_MARKER} {tag()}"])
     assert_openai_error(r, 422, "input", "input[1] could not be embedded")
+
+
+def test_a_body_shaped_to_exhaust_memory_is_a_413_in_openai_shape(client, account_factory):
+    _, key = account_factory("enterprise")
+    costly = b'{"input": [' + b",".join([b"[]"] * (2 << 20)) + b'], "model": "minilm"}'
+    r = client.post(
+        "/v1/embeddings", data=costly, headers={**auth(key), "Content-Type": "application/json"}
+    )
+    assert_openai_error(r, 413, None, "20 times its size plus 64 MiB")
+
+
+def test_cached_answers_keep_their_token_counts(worker, make_app, account_factory):
+    """With the result cache on (per account), a repeat comes from it with the same vectors
+    and usage (the cache keeps `tokens` beside `embedding`), as another account's does."""
+    client = make_app(anonymous_rate_limit="100000/minute", cache_ttl=300).test_client()
+    (_, key), (_, other) = account_factory(), account_factory()
+    texts = [f"cache me {tag()}", f"and me too {tag()}"]
+    first = embeddings(client, key, input=texts).json
+    again = embeddings(client, key, input=texts).json
+    theirs = embeddings(client, other, input=texts).json
+    assert first["usage"] == again["usage"] == theirs["usage"]
+    assert first["usage"]["prompt_tokens"] > 4
+    assert first["data"] == again["data"]
