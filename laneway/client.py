@@ -241,31 +241,42 @@ class Client:
 
     # --- inline answers ----------------------------------------------------------------
 
-    def classify(self, items: Iterable[Item], labels: Sequence[str] | None = None) -> list[dict]:
+    def classify(
+        self,
+        items: Iterable[Item],
+        labels: Sequence[str] | None = None,
+        wait: float | None = None,
+    ) -> list[dict[str, Any]]:
         """Labels for up to LANEWAY_SYNC_MAX_ITEMS items, answered inline."""
-        return self._inline("classify", items, labels)
+        return self._inline("classify", items, labels, wait)
 
-    def score(self, items: Iterable[Item]) -> list[dict[str, Any]]:
+    def score(self, items: Iterable[Item], wait: float | None = None) -> list[dict[str, Any]]:
         """A rating in [-1, 1] per item."""
-        return self._inline("score", items)
+        return self._inline("score", items, None, wait)
 
-    def extract(self, items: Iterable[Item]) -> list[dict[str, Any]]:
+    def extract(self, items: Iterable[Item], wait: float | None = None) -> list[dict[str, Any]]:
         """Entities per item."""
-        return self._inline("extract", items)
+        return self._inline("extract", items, None, wait)
 
-    def embed(self, items: Iterable[Item]) -> list[dict[str, Any]]:
+    def embed(self, items: Iterable[Item], wait: float | None = None) -> list[dict[str, Any]]:
         """A normalized embedding (and its token count) per item."""
-        return self._inline("embed", items)
+        return self._inline("embed", items, None, wait)
 
     def _inline(
-        self, task: str, items: Iterable[Item], labels: Sequence[str] | None = None
+        self,
+        task: str,
+        items: Iterable[Item],
+        labels: Sequence[str] | None = None,
+        wait: float | None = None,
     ) -> list[dict[str, Any]]:
-        """One record per item. A request the workers could not answer in time became a
-        job on the server (202): its results are waited for and returned alike."""
+        """One record per item. `wait` asks the server to wait that many seconds for the
+        workers (`Prefer: wait=N`); a request not answered in time became a job there
+        (202): its results are waited for and returned alike."""
         body: dict[str, Any] = {"items": _items(items)}
         if labels is not None:
             body["labels"] = list(labels)
-        response = self.request("POST", f"/v1/{task}", json=body)
+        headers = {} if wait is None else {"Prefer": f"wait={max(0, int(wait))}"}
+        response = self.request("POST", f"/v1/{task}", json=body, headers=headers)
         if response.status_code == 202:
             job_id = response.json()["id"]
             self.wait(job_id)
