@@ -48,6 +48,10 @@ class FieldError(InputError):
         self.param, self.status, self.code = param, status, code or "invalid_input"
 
 
+class RequestFailed(Exception):
+    """The interactive worker failed a request whole (not one input of it)."""
+
+
 @dataclass
 class EmbeddingsRequest:
     texts: list[str]
@@ -187,7 +191,8 @@ def embeddings_body(
 
 def compute(settings: Settings, texts: list[str], wait: float) -> list[dict[str, Any]] | None:
     """Each text's result through the interactive workers, in requests of at most
-    LANEWAY_SYNC_MAX_ITEMS sent at once; None when any answer is not back in `wait` s."""
+    LANEWAY_SYNC_MAX_ITEMS sent at once; None when any answer is not back in `wait` s,
+    RequestFailed when the worker failed one whole."""
     items = [(str(n), t) for n, t in enumerate(texts)]
     found = cached_results(settings, [TASK], [], items)
     if found is not None or wait <= 0:
@@ -200,7 +205,7 @@ def compute(settings: Settings, texts: list[str], wait: float) -> list[dict[str,
     lane = ia.lane_for(settings)
     r = ia.blocking_client(settings)
     deadline = time.monotonic() + wait
-    results: list[dict[str, Any]] = []
+    bodies: list[dict[str, Any]] = []
     try:
         for part in parts:
             ia.send(part, settings, lane, expires=wait + 5)
@@ -208,13 +213,16 @@ def compute(settings: Settings, texts: list[str], wait: float) -> list[dict[str,
             body = ia.wait_answer(r, part.id, deadline - time.monotonic())
             if body is None:
                 break
-            results += body["output"] or [{"error": body.get("error", "failed")}] * len(part.ids)
-        else:
-            return results
+            bodies.append(body)
     except Exception:  # noqa: BLE001 - the broker is away: a 503, as no answer in time
         pass
-    ia.missed(settings, lane)
-    return None
+    if len(bodies) < len(parts):
+        ia.missed(settings, lane)
+        return None
+    for body in bodies:
+        if not body["output"]:
+            raise RequestFailed(body.get("error") or "failed")
+    return [result for body in bodies for result in body["output"]]
 
 
 def unavailable(wait: float) -> Response:
@@ -243,7 +251,10 @@ def create_embeddings() -> Response:
     # No job to fall back on: wait as long as a caller may ask (`Prefer: wait=N` less).
     preferred = ia.parse_prefer_wait(request.headers.get("Prefer"))
     wait = settings.sync_max_wait if preferred is None else min(preferred, settings.sync_max_wait)
-    results = compute(settings, asked.texts, wait)
+    try:
+        results = compute(settings, asked.texts, wait)
+    except RequestFailed as exc:
+        return error_response(503, "inference_failed", f"the embedding failed: {exc}")
     if results is None:
         return unavailable(wait)
     failed = [(n, r["error"]) for n, r in enumerate(results) if "error" in r]
