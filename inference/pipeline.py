@@ -2,7 +2,7 @@
 
 `Pipeline.run` takes raw texts and the tasks a job asked for, and returns one output dict
 per text (fields that never collide: classify `label`/`score`/`scores`, score `rating`,
-extract `entities`, embed `embedding`) and the seconds each stage took.
+extract `entities`, embed `embedding` and `tokens`) and the seconds each stage took.
 """
 
 from __future__ import annotations
@@ -224,8 +224,12 @@ class Pipeline:
                 for out, text, ents in zip(outputs, texts, found, strict=True):
                     out["entities"] = merge_entities(ents, extract_patterns(text))
             elif task == "embed":
-                for out, row in zip(outputs, raw.tolist(), strict=True):
+                counts = token_counts(staged.prepared[keys[task]])
+                for out, row, n in zip(outputs, raw.tolist(), counts, strict=True):
+                    # `tokens`: what the model read (special tokens included, past
+                    # max_length cut off), for usage figures such as OpenAI's.
                     out["embedding"] = [round(x, 6) for x in row]
+                    out["tokens"] = n
         return outputs
 
     def run(
@@ -251,6 +255,15 @@ class Pipeline:
         outputs = self.post(staged, texts, labels)
         times.post = time.perf_counter() - started
         return outputs, times
+
+
+def token_counts(prepared: Prepared) -> list[int]:
+    """Per text, in input order, the tokens its micro-batch fed the model (padding aside)."""
+    counts = [0] * prepared.n
+    for idx, enc in prepared.batches:
+        for i, n in zip(idx, enc["attention_mask"].sum(dim=1).tolist(), strict=True):
+            counts[i] = int(n)
+    return counts
 
 
 def zero_shot(

@@ -32,7 +32,7 @@ TASK_FIELDS = {
     "classify": ("label", "score", "scores"),
     "score": ("rating",),
     "extract": ("entities",),
-    "embed": ("embedding",),
+    "embed": ("embedding", "tokens"),
 }
 
 
@@ -46,7 +46,9 @@ def task_identity(settings: Settings, task: str, labels: Sequence[str], scope: s
     whose cache entry it is."""
     spec = settings.model_for(task)
     model = None if spec is None else [spec.name, spec.kind, spec.path, spec.max_length]
-    params: dict[str, Any] = {"max_length": settings.max_length}
+    # The fields join the key: an entry written before a task's output grew a field (embed's
+    # `tokens`) is never read back as a whole output.
+    params: dict[str, Any] = {"max_length": settings.max_length, "fields": TASK_FIELDS[task]}
     if task == "classify":
         params["labels"] = list(labels)
     elif task == "score":

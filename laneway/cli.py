@@ -589,20 +589,43 @@ def submit(
 ) -> None:
     """Submit a CSV (id,text) or JSONL file, optionally gzipped (.csv.gz, .jsonl.gz), as a
     job; the upload shows a progress bar, and --wait one for the job."""
-    from laneway.client import Client, ClientError
+    from laneway.client import Client, LanewayError
 
     settings = _settings()
     client = Client(url or f"http://{settings.web_host}:{settings.web_port}", api_key)
     try:
-        job = client.submit_file(file, tasks=tasks, labels=labels, progress=True)
+        job = _upload(client, file, tasks=tasks, labels=labels)
         click.echo(f"job {job['id']} queued on the {job['lane']} lane")
         if wait:
-            final = client.wait(job["id"], progress=True)
+            final = _wait_with_bar(client, job["id"])
             print_summary(final)
             if final["status"] not in ("succeeded", "partial"):
                 sys.exit(1)
-    except ClientError as exc:
+    except LanewayError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _upload(client: Any, file: Path, **kwargs: Any) -> dict[str, Any]:
+    """Client.submit_file with a progress bar on stderr following the upload."""
+    stderr = click.get_text_stream("stderr")
+    size = file.stat().st_size
+    with click.progressbar(length=size, label=f"uploading {file.name}", file=stderr) as bar:
+        return client.submit_file(
+            file, progress=lambda sent, _: bar.update(sent - bar.pos), **kwargs
+        )
+
+
+def _wait_with_bar(client: Any, job_id: str, check: Any = None) -> dict[str, Any]:
+    """Client.wait with a progress bar of the job's items on stderr."""
+    total = client.job(job_id)["progress"]["total"]
+    stderr = click.get_text_stream("stderr")
+    label = f"job {job_id[:8]}"
+    with click.progressbar(
+        length=total, label=label, show_eta=True, show_pos=True, file=stderr
+    ) as bar:
+        return client.wait(
+            job_id, progress=lambda job: bar.update(job["progress"]["done"] - bar.pos), check=check
+        )
 
 
 def print_summary(job: dict[str, Any]) -> None:
@@ -649,11 +672,11 @@ def demo(file: Path, show: int) -> None:
 
 
 def _run_demo(settings: Settings, file: Path, port: int, show: int) -> dict[str, Any]:
-    import json
+    import itertools
 
     from db.queries import create_account
     from db.session import session_scope
-    from laneway.client import Client
+    from laneway.client import Client, LanewayError
     from laneway.processes import full_fleet
 
     log_dir = settings.home / "logs"
@@ -664,13 +687,17 @@ def _run_demo(settings: Settings, file: Path, port: int, show: int) -> dict[str,
         with session_scope(settings) as session:
             _, key = create_account(session, f"demo-{int(time.time() * 1000)}", "standard")
         client = Client(f"http://127.0.0.1:{port}", key)
-        client.wait_healthy(timeout=60, fleet=fleet)
+
+        def check() -> None:
+            if fleet.dead():
+                raise LanewayError(0, "fleet_died", f"fleet processes died: {fleet.dead()}")
+
+        client.wait_healthy(timeout=60, check=check)
         job = client.submit_file(file)
         click.echo(f"submitted {file} as job {job['id']} ({job['lane']} lane)")
-        final = client.wait(job["id"], progress=True, fleet=fleet)
+        final = _wait_with_bar(client, job["id"], check=check)
         print_summary(final)
-        for line in client.results(job["id"])[:show]:
-            record = json.loads(line)
+        for record in itertools.islice(client.results(job["id"]), show):
             click.echo(f"  {record['id']}: {record.get('label')} ({record.get('score')})")
     finally:
         fleet.stop()

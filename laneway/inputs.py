@@ -217,6 +217,12 @@ def json_items(raw: Any, limits: Limits) -> ItemStream:
     return ItemStream(_checked(rows(), limits, "items[{}]"), "items[{}]")
 
 
+def text_items(raw: list[Any], limits: Limits, where: str) -> ItemStream:
+    """Items from a list of bare texts (OpenAI's `input`), each id its place in the list."""
+    rows = ((str(n), text, n) for n, text in enumerate(raw))
+    return ItemStream(_checked(rows, limits, where), where)
+
+
 def _line_limit(limits: Limits) -> int:
     # A text at the limit, every character escaped as \uXXXX in JSON, plus room for the id.
     return 6 * limits.max_text_chars + 64 * 1024

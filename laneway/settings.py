@@ -450,6 +450,9 @@ class Settings:
     sync_max_items: int = 32
     sync_timeout: float = 2.0
     sync_max_wait: float = 30.0
+    # Inputs per `POST /v1/embeddings` (OpenAI's own bound): sent as several interactive
+    # requests of at most sync_max_items each and answered inline.
+    embeddings_max_inputs: int = 2048
     # Where the web app sends interactive requests: `auto` is the gpu lane's interactive
     # queue while a live worker serves it, else the cpu lane's.
     interactive_lane: str = "auto"
@@ -627,6 +630,10 @@ class Settings:
             "sync_max_items": ("LANEWAY_SYNC_MAX_ITEMS", _int("LANEWAY_SYNC_MAX_ITEMS", 1)),
             "sync_timeout": ("LANEWAY_SYNC_TIMEOUT", _float("LANEWAY_SYNC_TIMEOUT")),
             "sync_max_wait": ("LANEWAY_SYNC_MAX_WAIT", _float("LANEWAY_SYNC_MAX_WAIT")),
+            "embeddings_max_inputs": (
+                "LANEWAY_EMBEDDINGS_MAX_INPUTS",
+                _int("LANEWAY_EMBEDDINGS_MAX_INPUTS", 1),
+            ),
             "interactive_lane": (
                 "LANEWAY_INTERACTIVE_LANE",
                 _choice("LANEWAY_INTERACTIVE_LANE", ("auto", *LANES)),

@@ -22,11 +22,12 @@ def create_app(settings: Settings | None = None) -> Flask:
     from webapp.api import api
     from webapp.errors import register_error_handlers
     from webapp.interactive import interactive
+    from webapp.openai_compat import openai
     from webapp.ops import ops
     from webapp.pages import pages
     from webapp.security import init_security
 
-    for blueprint in (api, admin, ops, pages, interactive):
+    for blueprint in (api, admin, ops, pages, interactive, openai):
         app.register_blueprint(blueprint)
     app.extensions["laneway_limiter"] = init_security(app, settings)
     register_error_handlers(app)

@@ -21,7 +21,7 @@ from laneway.settings import Settings
 from webapp import sessions
 
 # Blueprints whose callers authenticate with `Authorization: Bearer <key>`.
-BEARER_BLUEPRINTS = ("api", "admin", "interactive")
+BEARER_BLUEPRINTS = ("api", "admin", "interactive", "openai")
 BEARER_HELP = "send your API key as 'Authorization: Bearer <key>'"
 
 

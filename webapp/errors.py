@@ -16,8 +16,22 @@ DATABASE_DOWN = (OperationalError, InterfaceError, PoolTimeout)
 DATABASE_RETRY_AFTER = 5
 
 
-def error_response(status: int, error: str, message: str) -> Response:
-    response = jsonify(error=error, message=message)
+# The OpenAI-compatible endpoints answer errors in OpenAI's shape, which its SDK reads.
+OPENAI_BLUEPRINT = "openai"
+OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def error_response(status: int, error: str, message: str, param: str | None = None) -> Response:
+    """`{"error", "message"}`; under the OpenAI-compatible endpoints, OpenAI's
+    `{"error": {"message", "type", "param", "code"}}` with the same code and message."""
+    if request.blueprint == OPENAI_BLUEPRINT:
+        kind = OPENAI_TYPES.get(
+            status, "server_error" if status >= 500 else "invalid_request_error"
+        )
+        body = {"message": message, "type": kind, "param": param, "code": error}
+        response = jsonify(error=body)
+    else:
+        response = jsonify(error=error, message=message)
     response.status_code = status
     return response
 

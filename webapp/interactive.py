@@ -89,7 +89,7 @@ def _as_job(settings: Settings, tasks: list[str], labels: list[str], items) -> R
     return job_created(job)
 
 
-def _cached(settings: Settings, tasks, labels, items) -> list[dict[str, Any]] | None:
+def cached_results(settings: Settings, tasks, labels, items) -> list[dict[str, Any]] | None:
     """Every item's output from the result cache, or None (then the worker computes)."""
     cache = ResultCache(ia.blocking_client(settings), settings).scoped(g.account.id)
     outputs = cache.get(tasks, labels, [t for _, t in items])
@@ -106,7 +106,7 @@ def _sync(task: str) -> Response:
         return error_response(400, "invalid_input", str(exc))
     wait = _wait(settings)
     started = time.perf_counter()
-    results = _cached(settings, tasks, labels, items)
+    results = cached_results(settings, tasks, labels, items)
     cached = results is not None
     if results is None and wait <= 0:
         return _applied(_as_job(settings, tasks, labels, items), wait)

@@ -189,7 +189,11 @@ def _rate_limit_headers(response: Response) -> Response:
         response.headers["RateLimit-Reset"] = str(reset)
         response.headers["RateLimit-Policy"] = f"{item.amount};w={item.get_expiry()}"
     if response.status_code == 503:
-        return response  # its own Retry-After: when the lane may have room
+        # Its own Retry-After (when the lane may have room), which the limiter stretched to
+        # its window's reset: a view that names one in g.retry_after gets it back.
+        if g.get("retry_after"):
+            response.headers["Retry-After"] = g.retry_after
+        return response
     if response.status_code != 429:
         response.headers.pop("Retry-After", None)
     elif response.headers.get("Retry-After") == "0":

@@ -110,6 +110,15 @@ def test_no_server_errors_and_every_answer_as_documented(case, fuzz):
         params["account_id"] = fuzz["victim"]
     # positive_data_acceptance is left out: a schema cannot say that item ids are unique
     # within a job, nor what a valid CSV file is, so valid-looking data may rightly be 400.
+    from schemathesis.checks import not_a_server_error
     from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-    case.call_and_validate(headers=auth(fuzz["key"]), excluded_checks=[positive_data_acceptance])
+    excluded = [positive_data_acceptance]
+    # No interactive worker runs here: a valid /v1/embeddings request is its documented 503
+    # (OpenAI's clients know no 202 job); any other 5xx there still fails below.
+    openai = case.path == "/v1/embeddings"
+    if openai:
+        excluded.append(not_a_server_error)
+    response = case.call_and_validate(headers=auth(fuzz["key"]), excluded_checks=excluded)
+    if openai and response.status_code >= 500:
+        assert response.status_code == 503 and response.json()["error"]["code"] == "timeout"

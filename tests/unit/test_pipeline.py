@@ -52,7 +52,8 @@ def test_default_registry_runs_every_task(encoder):
     outputs, times = pipeline.run(TEXTS, ["classify", "score", "extract", "embed"], LABELS)
     assert len(outputs) == len(TEXTS)
     for out in outputs:
-        assert set(out) == {"label", "score", "scores", "rating", "entities", "embedding"}
+        fields = {"label", "score", "scores", "rating", "entities", "embedding", "tokens"}
+        assert set(out) == fields
         assert out["label"] in LABELS and out["score"] == max(out["scores"].values())
         assert -1.0 <= out["rating"] <= 1.0
         assert len(out["embedding"]) == 384
@@ -74,7 +75,18 @@ def test_tasks_alone_produce_only_their_fields(encoder):
     outputs, _ = pipeline.run(TEXTS, ["score"])
     assert all(set(out) == {"rating"} for out in outputs)
     outputs, _ = pipeline.run(TEXTS[:1], ["embed"])
-    assert set(outputs[0]) == {"embedding"}
+    assert set(outputs[0]) == {"embedding", "tokens"}
+
+
+def test_embed_counts_the_tokens_the_model_read(encoder):
+    """`tokens` is what the tokenizer gave the model for each text, in input order whatever
+    the length-sorted micro-batches (special tokens in, past max_length cut off)."""
+    texts = ["hi", "a much longer text " * 3, "hello world", "word " * 2000]
+    outputs, _ = Pipeline(lambda task: encoder).run(texts, ["embed"])
+    expected = [len(encoder.tokenizer(t)["input_ids"]) for t in texts[:3]]
+    assert [o["tokens"] for o in outputs[:3]] == expected
+    assert expected[0] == 3  # [CLS] hi [SEP]
+    assert outputs[3]["tokens"] == encoder.max_length
 
 
 def test_identical_texts_get_identical_outputs(encoder):

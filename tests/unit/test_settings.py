@@ -240,6 +240,8 @@ def test_interactive_settings_and_their_defaults():
     assert s.batch_yield_max == 10.0
     assert Settings.from_env({"LANEWAY_BATCH_YIELD_MAX": "0"}).batch_yield_max == 0
     assert s.interactive_lanes == ()  # cpu, plus gpu where CUDA is
+    assert s.embeddings_max_inputs == 2048
+    assert Settings.from_env({"LANEWAY_EMBEDDINGS_MAX_INPUTS": "64"}).embeddings_max_inputs == 64
     s = Settings.from_env(
         {
             "LANEWAY_SYNC_MAX_ITEMS": "8",
@@ -272,6 +274,7 @@ def test_cache_scope_and_session_lifetime_settings():
     "var,value",
     [
         ("LANEWAY_SYNC_MAX_ITEMS", "0"),
+        ("LANEWAY_EMBEDDINGS_MAX_INPUTS", "0"),
         ("LANEWAY_SYNC_TIMEOUT", "soon"),
         ("LANEWAY_SYNC_TIMEOUT", "-1"),
         ("LANEWAY_BATCH_MAX", "0"),

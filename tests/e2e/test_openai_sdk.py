@@ -1,0 +1,143 @@
+"""The real `openai` SDK against `laneway web` (gunicorn) and a real interactive worker:
+its vectors are /v1/embed's, its usage the tokenizer's counts, its errors the SDK's
+exceptions. With a cpu worker beside them, the examples of docs/client.md and
+docs/openai.md run as written, and `laneway submit` goes through the same client."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+from transformers import AutoTokenizer
+
+from inference.encoder import default_model_path
+from tests.e2e.procs import BIN, http, start_web, start_worker
+from tests.faults.harness import cpu_worker
+
+pytestmark = pytest.mark.e2e
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+# A list past 8 texts goes as several interactive requests; past 40 it is refused.
+WEB_ENV = {"LANEWAY_SYNC_MAX_ITEMS": "8", "LANEWAY_EMBEDDINGS_MAX_INPUTS": "40"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, settings, migrated):
+    from tests.broker import empty_queues
+
+    empty_queues(settings)
+    logdir = tmp_path_factory.mktemp("openai-sdk")
+    web, url = start_web(logdir, env=WEB_ENV)
+    argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "openai-sdk"]
+    interactive = start_worker("openai-sdk", argv, logdir)
+    batch = cpu_worker(logdir, "cpu-openai-sdk")
+    yield url
+    for proc in (batch, interactive, web):
+        proc.stop()
+
+
+@pytest.fixture
+def key(account_factory):
+    return account_factory("standard")[1]
+
+
+def sdk(url: str, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def laneway_embed(url: str, key: str, texts: list[str]) -> list[dict]:
+    items = [{"id": str(n), "text": t} for n, t in enumerate(texts)]
+    r = http.post(
+        f"{url}/v1/embed", json={"items": items}, headers={"Authorization": f"Bearer {key}"}
+    )
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def test_the_sdk_gets_lanewayss_vectors_and_real_token_counts(server, key):
+    texts = [f"message number {n}: my parcel is late and I want a refund" for n in range(20)]
+    texts[3] = "hi"
+    client = sdk(server, key)
+    floats = client.embeddings.create(model="minilm", input=texts, encoding_format="float")
+    # Asked for nothing, the SDK asks for base64 and decodes it itself.
+    default = client.embeddings.create(model="all-MiniLM-L6-v2", input=texts)
+    b64 = client.embeddings.with_raw_response.create(
+        model="minilm", input=texts[:2], encoding_format="base64"
+    )
+    assert [d.index for d in floats.data] == list(range(20)) and floats.model == "minilm"
+    ours = np.array([r["embedding"] for r in laneway_embed(server, key, texts[:8])])
+    for answer in (floats, default):
+        vectors = np.array([d.embedding for d in answer.data])
+        assert vectors.shape == (20, 384)
+        cosine = (vectors[:8] * ours).sum(axis=1) / np.linalg.norm(vectors[:8], axis=1)
+        assert cosine.min() > 0.9999, cosine
+    raw = b64.http_response.json()["data"][1]["embedding"]
+    decoded = np.frombuffer(base64.b64decode(raw), dtype="<f4")
+    assert isinstance(raw, str) and np.allclose(decoded, floats.data[1].embedding, atol=1e-6)
+    # The tokenizer's own count, special tokens in: what the model read.
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    tokens = sum(len(tokenizer(t)["input_ids"]) for t in texts)
+    assert floats.usage.prompt_tokens == floats.usage.total_tokens == tokens
+    assert default.usage.prompt_tokens == tokens
+
+
+def test_the_sdks_errors(server, key):
+    with pytest.raises(openai.AuthenticationError):
+        sdk(server, "lw_not_a_key").embeddings.create(model="minilm", input="hello")
+    client = sdk(server, key)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.embeddings.create(model="minilm", input=[f"t{n}" for n in range(41)])
+    message = err.value.body["message"]
+    assert "at most 40" in message and "LANEWAY_EMBEDDINGS_MAX_INPUTS" in message
+    assert err.value.body["param"] == "input"
+    with pytest.raises(openai.BadRequestError, match="384-dimensional"):
+        client.embeddings.create(model="minilm", input="hello", dimensions=256)
+    with pytest.raises(openai.BadRequestError, match="token ids"):
+        client.embeddings.create(model="minilm", input=[[101, 7592, 102]])
+    with pytest.raises(openai.NotFoundError, match="embedding models: "):
+        client.embeddings.create(model="text-embedding-3-small", input="hello")
+    assert client.embeddings.create(model="minilm", input="hello", dimensions=384).data
+
+
+def python_blocks(doc: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("doc", ["client.md", "openai.md"])
+def test_the_docs_examples_run(server, key, doc, monkeypatch):
+    monkeypatch.setenv("LANEWAY_URL", server)
+    monkeypatch.setenv("LANEWAY_API_KEY", key)
+    blocks = python_blocks(DOCS / doc)
+    assert blocks
+    namespace: dict = {}
+    for n, block in enumerate(blocks):
+        code = compile(block, f"{doc} block {n + 1}", "exec")
+        exec(code, namespace)  # noqa: S102 - the documentation's own examples
+
+
+def test_the_cli_submits_through_the_client(server, key, tmp_path):
+    path = tmp_path / "upload.csv"
+    path.write_text("id,text\n1,refund my order please\n2,the parcel never arrived\n")
+    done = subprocess.run(
+        [str(BIN / "laneway"), "submit", str(path), "--wait", "--url", server],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LANEWAY_API_KEY": key},
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "queued on the cpu lane" in done.stdout and "2 succeeded, 0 failed" in done.stdout
+    assert "uploading upload.csv" in done.stderr and "job " in done.stderr
+    refused = subprocess.run(
+        [str(BIN / "laneway"), "submit", str(path), "--url", server],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LANEWAY_API_KEY": "lw_wrong"},
+        timeout=60,
+    )
+    assert refused.returncode == 1 and "401 unauthorized" in refused.stderr
