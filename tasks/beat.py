@@ -9,14 +9,18 @@ that file has grown old (tasks/app.py makes it the app's beat_scheduler).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from celery.beat import PersistentScheduler
 
+from laneway.fleet_metrics import mark
 from laneway.probes import BEAT_TICK_SECONDS, beat_heartbeat
 from laneway.settings import get_settings
 
 log = logging.getLogger(__name__)
+# Beat's tick in Redis (for /metrics and the stalled-beat alert) at most this often.
+MARK_EVERY = 5.0
 
 
 class HeartbeatScheduler(PersistentScheduler):
@@ -24,8 +28,10 @@ class HeartbeatScheduler(PersistentScheduler):
     max_interval = BEAT_TICK_SECONDS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.heartbeat = beat_heartbeat(get_settings())
+        self.settings = get_settings()
+        self.heartbeat = beat_heartbeat(self.settings)
         self._warned = False
+        self._marked = 0.0
         super().__init__(*args, **kwargs)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
@@ -37,4 +43,9 @@ class HeartbeatScheduler(PersistentScheduler):
             if not self._warned:
                 log.warning("cannot touch the beat heartbeat %s: %s", self.heartbeat, exc)
                 self._warned = True
+        # The file is this machine's; the mark in Redis is what every web pod's /metrics sees.
+        now = time.monotonic()
+        if now - self._marked >= MARK_EVERY:
+            self._marked = now
+            mark("beat", self.settings)
         return interval

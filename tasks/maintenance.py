@@ -20,6 +20,7 @@ from sqlalchemy import and_, exists, or_, select, update
 from db.models import Chunk, Job, Worker
 from db.queries import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
 from db.session import session_scope
+from laneway.fleet_metrics import mark
 from laneway.redis_conn import redis_client
 from laneway.settings import LANES, Settings, get_settings
 from tasks.alerts import raise_alert
@@ -178,7 +179,7 @@ def reconcile() -> dict[str, Any]:
     settings = get_settings()
     dead = mark_dead_workers(settings)
     chunks = recover_chunks(settings)
-    return {
+    outcome = {
         **chunks,
         "dead_workers": dead,
         "finalized": finalize_orphaned_jobs(settings),
@@ -186,3 +187,5 @@ def reconcile() -> dict[str, Any]:
         "depth": depth_alerts(settings),
         "outbox": resend_lost_outbox(),
     }
+    mark("reconcile", settings)  # a whole pass: the stalled-reconciler alert reads it
+    return outcome
