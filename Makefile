@@ -14,7 +14,7 @@ TORCH_INDEX ?=
 COMPOSE := $(BIN)/docker-compose
 COMPOSE_VERSION := 5.6.1.0
 
-.PHONY: install install-runtime torch demo test lint bench clean chromium screenshots
+.PHONY: install install-runtime torch demo test lint bench clean chromium prometheus screenshots
 
 install: $(STAMP)
 
@@ -46,12 +46,17 @@ $(COMPOSE): $(STAMP)
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/laneway demo examples/customer_messages.csv
 
-test: install $(COMPOSE) chromium
+test: install $(COMPOSE) chromium prometheus
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The browser tests drive Debian's chromium through Playwright (no browser download).
 chromium:
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+
+# The monitoring tests run Debian's promtool on the alert rules and a real Prometheus
+# (deploy/monitoring); no node exporter or other recommends.
+prometheus:
+	test -x /usr/bin/promtool || (apt-get update && apt-get install -y --no-install-recommends prometheus)
 
 # docs/screenshots/*.png: each page, taken by the browser test.
 screenshots: install chromium
