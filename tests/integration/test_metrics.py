@@ -150,3 +150,17 @@ def test_metrics_without_the_database_still_show_the_queues(make_app, settings):
     assert response.status_code == 200
     assert "laneway_queue_depth" in response.text
     assert "laneway_workers_alive" not in response.text
+
+
+def test_a_reconciler_pass_marks_its_end(settings, migrated):
+    """The stalled-reconciler alert reads this mark: a whole pass writes it."""
+    import time
+
+    from laneway.fleet_metrics import mark_key
+    from tasks.maintenance import reconcile
+
+    r = redis.Redis.from_url(settings.redis_url)
+    r.delete(mark_key("reconcile"))
+    started = time.time()
+    reconcile()
+    assert float(r.get(mark_key("reconcile"))) >= started
