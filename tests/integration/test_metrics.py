@@ -135,6 +135,14 @@ def test_metrics_show_the_fleets_health_from_postgres_and_redis(client, settings
     assert _value(text, "laneway_dead_letters_open") == letters + 1
     assert _value(text, "laneway_beat_last_tick_timestamp_seconds") == 1_700_000_000.5
     assert _value(text, "laneway_reconcile_last_run_timestamp_seconds") == 1_700_000_100.0
+    # A mark that is no number (a hand-edited key) reads as never marked, not a failed scrape.
+    r.set(mark_key("beat"), "yesterday")
+    try:
+        response = client.get("/metrics")
+    finally:
+        r.delete(mark_key("beat"))
+    assert response.status_code == 200
+    assert _value(response.text, "laneway_beat_last_tick_timestamp_seconds") == 0
 
 
 def test_metrics_without_the_database_still_show_the_queues(make_app, settings):
