@@ -14,7 +14,7 @@ TORCH_INDEX ?=
 COMPOSE := $(BIN)/docker-compose
 COMPOSE_VERSION := 5.6.1.0
 
-.PHONY: install install-runtime torch demo test lint bench clean chromium nginx screenshots
+.PHONY: install install-runtime torch demo test lint bench clean chromium nginx prometheus screenshots
 
 install: $(STAMP)
 
@@ -46,7 +46,7 @@ $(COMPOSE): $(STAMP)
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/laneway demo examples/customer_messages.csv
 
-test: install $(COMPOSE) chromium nginx
+test: install $(COMPOSE) chromium nginx prometheus
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The browser tests drive Debian's chromium through Playwright (no browser download).
@@ -57,6 +57,11 @@ chromium:
 # web app (tests/e2e/test_slow_clients.py).
 nginx:
 	test -x /usr/sbin/nginx || (apt-get update && apt-get install -y nginx)
+
+# The monitoring tests run Debian's promtool on the alert rules and a real Prometheus
+# (deploy/monitoring); no node exporter or other recommends.
+prometheus:
+	test -x /usr/bin/promtool || (apt-get update && apt-get install -y --no-install-recommends prometheus)
 
 # docs/screenshots/*.png: each page, taken by the browser test.
 screenshots: install chromium

@@ -231,10 +231,13 @@ def compact(path: Path, alive=_alive, host: str = HOST) -> list[Path]:  # noqa: 
 
 
 def exposition(settings: Settings) -> bytes:
-    """The text a Prometheus scrape gets: every process's metrics on this machine, and the
-    queues' depth."""
+    """The text a Prometheus scrape gets: every process's metrics on this machine, the
+    queues' depth and the fleet's health (laneway/fleet_metrics.py)."""
+    from laneway.fleet_metrics import FleetCollector
+
     registry = CollectorRegistry()
     registry.register(QueueCollector(settings))
+    registry.register(FleetCollector(settings))
     if DIR is None:
         return generate_latest(registry)
     FolderCollector(registry, path=str(DIR))

@@ -18,12 +18,16 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
+from laneway.fleet_metrics import mark
 from laneway.probes import BEAT_TICK_SECONDS, beat_heartbeat
 from laneway.redis_conn import redis_client
 from laneway.settings import get_settings
 from tasks.broker import broker_emptied, mark_broker
 
 log = logging.getLogger(__name__)
+# Beat's tick in Redis (for /metrics and the stalled-beat alert) at most this often.
+MARK_EVERY = 5.0
+
 # How often beat asks Redis whether it came back empty (one EXISTS): the lost chunks are
 # re-sent within this, plus a worker's reconnect and one reconciler pass.
 BROKER_CHECK_SECONDS = 2.0
@@ -62,11 +66,12 @@ class HeartbeatScheduler(PersistentScheduler):
     max_interval = min(BEAT_TICK_SECONDS, BROKER_CHECK_SECONDS)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        settings = get_settings()
-        self.heartbeat = beat_heartbeat(settings)
+        self.settings = get_settings()
+        self.heartbeat = beat_heartbeat(self.settings)
         self._warned = False
+        self._marked = 0.0
         super().__init__(*args, **kwargs)
-        self.broker_watch = EmptiedBrokerWatch(self.app, redis_client(settings))
+        self.broker_watch = EmptiedBrokerWatch(self.app, redis_client(self.settings))
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         interval = super().tick(*args, **kwargs)
@@ -78,4 +83,9 @@ class HeartbeatScheduler(PersistentScheduler):
             if not self._warned:
                 log.warning("cannot touch the beat heartbeat %s: %s", self.heartbeat, exc)
                 self._warned = True
+        # The file is this machine's; the mark in Redis is what every web pod's /metrics sees.
+        now = time.monotonic()
+        if now - self._marked >= MARK_EVERY:
+            self._marked = now
+            mark("beat", self.settings)
         return interval

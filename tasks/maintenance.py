@@ -20,6 +20,7 @@ from sqlalchemy import and_, exists, or_, select, update
 from db.models import Chunk, Job, Worker
 from db.queries import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
 from db.session import session_scope
+from laneway.fleet_metrics import mark
 from laneway.redis_conn import redis_client
 from laneway.settings import LANES, Settings, get_settings
 from tasks.alerts import raise_alert
@@ -186,7 +187,7 @@ def reconcile(emptied_at: float | None = None) -> dict[str, Any]:
     dead = mark_dead_workers(settings)
     emptied = None if emptied_at is None else datetime.fromtimestamp(emptied_at, UTC)
     chunks = recover_chunks(settings, emptied)
-    return {
+    outcome = {
         **chunks,
         "dead_workers": dead,
         "finalized": finalize_orphaned_jobs(settings),
@@ -194,3 +195,5 @@ def reconcile(emptied_at: float | None = None) -> dict[str, Any]:
         "depth": depth_alerts(settings),
         "outbox": resend_lost_outbox(),
     }
+    mark("reconcile", settings)  # a whole pass: the stalled-reconciler alert reads it
+    return outcome

@@ -1,11 +1,14 @@
-"""Jobs written straight to the database, as submission writes them (no web app, no broker)."""
+"""Jobs written straight to the database, as submission writes them (no web app, no broker),
+and worker processes as their heartbeats register them."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 
-from db.queries import chunks_of, create_account, create_job
+from db.models import Worker
+from db.queries import chunks_of, create_account, create_job, utcnow
 from db.session import session_scope
 from laneway.planner import plan_chunks
 
@@ -37,3 +40,23 @@ def stored_job(
             held=held,
         )
         return job.id, [c.id for c in chunks_of(session, job.id)]
+
+
+def add_worker(settings, queues, *, idle_for=0.0, running=0, seen_ago=0.0) -> str:
+    """A registered worker process consuming `queues`, last heard from `seen_ago` s ago."""
+    instance = f"test/{uuid.uuid4().hex[:8]}"
+    now = utcnow()
+    with session_scope(settings) as session:
+        session.add(
+            Worker(
+                id=instance,
+                hostname=f"{queues[0]}-{instance[-4:]}@test",
+                queues=queues,
+                device="cpu",
+                pid=1,
+                last_seen_at=now - timedelta(seconds=seen_ago),
+                idle_since=now - timedelta(seconds=idle_for),
+                running_tasks=running,
+            )
+        )
+    return instance

@@ -86,3 +86,89 @@ def test_a_scrape_reads_the_delivered_messages_once_for_every_queue(client, sett
 def test_metrics_can_be_turned_off(make_app):
     response = make_app(metrics=False).test_client().get("/metrics")
     assert response.status_code == 404 and "LANEWAY_METRICS" in response.json["message"]
+
+
+def test_metrics_show_the_fleets_health_from_postgres_and_redis(client, settings):
+    """Live workers by queue (a stale or stopped one is not), open dead letters (one sent
+    back is not), beat's and the reconciler's marks, and the thresholds the rules use."""
+    from sqlalchemy import delete, update
+
+    from db.models import DeadLetter, Worker
+    from db.queries import utcnow
+    from db.session import session_scope
+    from laneway.fleet_metrics import mark, mark_key
+    from tests.factories import add_worker, stored_job
+
+    r = redis.Redis.from_url(settings.redis_url)
+    r.delete(mark_key("beat"), mark_key("reconcile"))
+    before = client.get("/metrics").text
+    alive = 'laneway_workers_alive{queue="interactive.cpu"}'
+    # Every queue is there, consumed or not: "no interactive worker" is a 0, not a gap.
+    start = _value(before, alive)
+    assert _value(before, 'laneway_workers_alive{queue="interactive.gpu"}') >= 0
+    letters = _value(before, "laneway_dead_letters_open")
+    # Never marked: 0, so that "beat has not ticked for long" holds for a beat never seen.
+    assert _value(before, "laneway_beat_last_tick_timestamp_seconds") == 0
+    assert _value(before, "laneway_alert_depth") == settings.alert_depth
+    assert _value(before, "laneway_reconcile_interval_seconds") == settings.reconcile_interval
+
+    live = add_worker(settings, ["interactive.cpu"])
+    stale = add_worker(settings, ["interactive.cpu"], seen_ago=settings.worker_dead_after + 5)
+    stopped = add_worker(settings, ["interactive.cpu"])
+    job_id, _ = stored_job(settings, ["a", "b"], prefix="dl")
+    with session_scope(settings) as session:
+        session.execute(update(Worker).where(Worker.id == stopped).values(stopped_at=utcnow()))
+        for retried in (None, utcnow()):
+            session.add(
+                DeadLetter(job_id=job_id, kind="item", idxs=[0], item_ids=["dl0"],
+                           error="boom", attempts=1, retried_at=retried)
+            )  # fmt: skip
+    mark("beat", settings, now=1_700_000_000.5)
+    mark("reconcile", settings, now=1_700_000_100.0)
+    try:
+        text = client.get("/metrics").text
+    finally:
+        with session_scope(settings) as session:
+            session.execute(delete(Worker).where(Worker.id.in_((live, stale, stopped))))
+            session.execute(delete(DeadLetter).where(DeadLetter.job_id == job_id))
+    assert _value(text, alive) == start + 1
+    assert _value(text, "laneway_dead_letters_open") == letters + 1
+    assert _value(text, "laneway_beat_last_tick_timestamp_seconds") == 1_700_000_000.5
+    assert _value(text, "laneway_reconcile_last_run_timestamp_seconds") == 1_700_000_100.0
+    # A mark that is no number (a hand-edited key) reads as never marked, not a failed scrape.
+    r.set(mark_key("beat"), "yesterday")
+    try:
+        response = client.get("/metrics")
+    finally:
+        r.delete(mark_key("beat"))
+    assert response.status_code == 200
+    assert _value(response.text, "laneway_beat_last_tick_timestamp_seconds") == 0
+
+
+def test_metrics_without_the_database_still_show_the_queues(make_app, settings):
+    """Postgres down: the scrape answers with what Redis holds, not a 500."""
+    import dataclasses
+
+    down = dataclasses.replace(
+        settings, database_url="postgresql+psycopg://nobody@127.0.0.1:1/none"
+    )
+    from webapp import create_app
+
+    response = create_app(down).test_client().get("/metrics")
+    assert response.status_code == 200
+    assert "laneway_queue_depth" in response.text
+    assert "laneway_workers_alive" not in response.text
+
+
+def test_a_reconciler_pass_marks_its_end(settings, migrated):
+    """The stalled-reconciler alert reads this mark: a whole pass writes it."""
+    import time
+
+    from laneway.fleet_metrics import mark_key
+    from tasks.maintenance import reconcile
+
+    r = redis.Redis.from_url(settings.redis_url)
+    r.delete(mark_key("reconcile"))
+    started = time.time()
+    reconcile()
+    assert float(r.get(mark_key("reconcile"))) >= started

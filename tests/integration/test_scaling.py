@@ -4,14 +4,12 @@ fleets, and the routing each job records."""
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
-from datetime import timedelta
 
 import pytest
 import redis
 
-from db.models import Chunk, Job, Worker
+from db.models import Chunk, Job
 from db.queries import utcnow
 from db.session import session_scope
 from tasks.scaling import (
@@ -25,26 +23,7 @@ from tasks.scaling import (
     stats_from,
     store_lane_stats,
 )
-from tests.factories import stored_job
-
-
-def add_worker(settings, queues, *, idle_for=0.0, running=0, seen_ago=0.0) -> str:
-    instance = f"test/{uuid.uuid4().hex[:8]}"
-    now = utcnow()
-    with session_scope(settings) as session:
-        session.add(
-            Worker(
-                id=instance,
-                hostname=f"{queues[0]}-{instance[-4:]}@test",
-                queues=queues,
-                device="cpu",
-                pid=1,
-                last_seen_at=now - timedelta(seconds=seen_ago),
-                idle_since=now - timedelta(seconds=idle_for),
-                running_tasks=running,
-            )
-        )
-    return instance
+from tests.factories import add_worker, stored_job
 
 
 def test_only_live_gpu_workers_idle_past_the_timeout_are_scale_down_candidates(settings, migrated):

@@ -83,7 +83,7 @@ LANEWAY_SERVICES = {
 def test_compose_is_accepted_and_complete(compose):
     config = compose(COMPOSE)
     services = config["services"]
-    assert set(services) == {"postgres", "redis", "proxy"} | LANEWAY_SERVICES
+    assert set(services) == {"postgres", "redis", "proxy"} | LANEWAY_SERVICES | MONITORING_SERVICES
     assert services["migrate"]["command"] == ["db", "upgrade"]
     for name in LANEWAY_SERVICES - {"migrate"}:
         service = services[name]
@@ -103,12 +103,16 @@ def test_compose_is_accepted_and_complete(compose):
     assert services["worker-cpu"]["stop_grace_period"] == "11m0s"
 
 
-# Services whose image brings its own check: Postgres's and Redis's.
+# Services whose image brings its own check: Postgres's, Redis's, the proxy's, and the readiness and
+# health endpoints of Prometheus and Grafana (busybox's wget is in both images).
 CHECKED_BY_THEIR_IMAGE = {
     "postgres": ["pg_isready"],
     "redis": ["redis-cli", "ping"],
     "proxy": ["curl", "-fsS"],
+    "prometheus": ["wget", "-q", "--spider", "http://127.0.0.1:9090/-/ready"],
+    "grafana": ["wget", "-q", "--spider", "http://127.0.0.1:3000/api/health"],
 }
+MONITORING_SERVICES = {"prometheus", "grafana"}
 
 
 def test_compose_health_checks_are_real_probes(compose):
@@ -204,6 +208,41 @@ def test_k8s_proxy_carries_the_same_config_in_front_of_the_web_service():
     assert container["readinessProbe"]["httpGet"]["path"] in web_routes()
     service = docs[("Service", "laneway-proxy")]["spec"]
     assert service["selector"].items() <= proxy["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_compose_provisions_prometheus_and_grafana_from_deploy_monitoring(compose):
+    """Prometheus gets the scrape config and rules that promtool checks, scraping web where
+    it listens; Grafana gets the data source, the dashboard provider and the dashboard."""
+    services = compose(COMPOSE)["services"]
+    monitoring = ROOT / "deploy" / "monitoring"
+
+    def mounts(name: str) -> dict[str, Path]:
+        binds = [v for v in services[name]["volumes"] if v["type"] == "bind"]
+        assert all(v.get("read_only") for v in binds), name
+        return {v["target"]: Path(v["source"]).resolve() for v in binds}
+
+    prometheus = mounts("prometheus")
+    assert prometheus["/etc/prometheus"] == monitoring / "prometheus"
+    assert "--config.file=/etc/prometheus/prometheus.yml" in services["prometheus"]["command"]
+    scrape = yaml.safe_load((monitoring / "prometheus" / "prometheus.yml").read_text())
+    (job,) = scrape["scrape_configs"]
+    web_port = listens_on(tuple(services["web"]["command"]))
+    assert job["static_configs"][0]["targets"] == [f"web:{web_port}"]
+    assert job["metrics_path"] in web_routes()
+    assert scrape["rule_files"] == ["rules.yml"]  # beside it, in the mounted folder
+
+    grafana = mounts("grafana")
+    provisioning = grafana["/etc/grafana/provisioning"]
+    assert provisioning == monitoring / "grafana" / "provisioning"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "laneway.yml").read_text())[
+        "providers"
+    ]
+    folder = provider["options"]["path"]
+    assert grafana[f"{folder}/laneway.json"] == monitoring / "grafana" / "laneway.json"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())[
+        "datasources"
+    ]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
 
 
 def test_compose_gpu_override_reserves_gpus_on_the_cuda_image(compose):

@@ -1,0 +1,131 @@
+"""What the alert rules need beyond the processes' own counters, read at scrape time.
+
+A process's counters reach /metrics only through a shared metrics folder (one machine, or
+compose's shared home volume); a Kubernetes web pod never sees the workers'. The fleet's
+health is read where every deployment keeps it: Postgres (live workers by queue, open dead
+letters) and Redis (when beat last ticked and the reconciler last finished, written by
+them through `mark`). The thresholds the webhook alerts use are exported too, so the
+Prometheus rules alert where the webhook would (deploy/monitoring/prometheus/rules.yml).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import redis
+from sqlalchemy.exc import SQLAlchemyError
+
+# From laneway.metrics, which picks the multiprocess folder before prometheus_client loads.
+from laneway.metrics import GaugeMetricFamily
+from laneway.redis_conn import redis_client
+from laneway.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# What `mark` records, and the gauge each becomes.
+MARKS = {
+    "beat": ("laneway_beat_last_tick_timestamp_seconds", "Unix time beat last ticked"),
+    "reconcile": (
+        "laneway_reconcile_last_run_timestamp_seconds",
+        "Unix time the reconciler last finished a pass",
+    ),
+}
+
+
+def mark_key(what: str) -> str:
+    return f"laneway:mark:{what}"
+
+
+def mark(what: str, settings: Settings, now: float | None = None) -> bool:
+    """Record that `what` (a MARKS key) happened now; False when Redis did not take it
+    (the caller goes on: a missing mark only makes the stalled alert fire)."""
+    try:
+        redis_client(settings).set(mark_key(what), repr(time.time() if now is None else now))
+    except redis.RedisError as exc:
+        log.warning("could not record %s's mark: %s", what, type(exc).__name__)
+        return False
+    return True
+
+
+def mark_families(client: redis.Redis) -> list[GaugeMetricFamily]:
+    """Each mark's time; 0 for one never recorded (a beat that never ticked is stalled)."""
+    names = list(MARKS)
+    values = client.mget([mark_key(n) for n in names])
+    families = []
+    for what, raw in zip(names, values, strict=True):
+        name, doc = MARKS[what]
+        try:
+            value = float(raw) if raw is not None else 0.0
+        except ValueError:
+            value = 0.0
+        families.append(GaugeMetricFamily(name, doc, value=value))
+    return families
+
+
+def setting_families(settings: Settings) -> list[GaugeMetricFamily]:
+    """The settings the webhook alerts compare against, for the rules to do the same."""
+    return [
+        GaugeMetricFamily(
+            "laneway_alert_depth",
+            "LANEWAY_ALERT_DEPTH: a lane deeper than this alerts",
+            value=settings.alert_depth,
+        ),
+        GaugeMetricFamily(
+            "laneway_reconcile_interval_seconds",
+            "LANEWAY_RECONCILE_INTERVAL: seconds between reconciler passes",
+            value=settings.reconcile_interval,
+        ),
+    ]
+
+
+def database_families(settings: Settings, queues: tuple[str, ...]) -> list[GaugeMetricFamily]:
+    """Live worker processes by queue (0 for a queue none consumes) and open dead letters."""
+    from sqlalchemy import func, select
+
+    from db.models import DeadLetter
+    from db.session import session_scope
+    from tasks.scaling import alive_workers
+
+    workers = GaugeMetricFamily(
+        "laneway_workers_alive",
+        "Worker processes beating now, by queue they consume",
+        labels=["queue"],
+    )
+    counts = dict.fromkeys(queues, 0)
+    for worker in alive_workers(settings):
+        for queue in worker.queues:
+            counts[queue] = counts.get(queue, 0) + 1
+    for queue, n in counts.items():
+        workers.add_metric([queue], n)
+    with session_scope(settings) as session:
+        open_letters = session.scalar(
+            select(func.count()).select_from(DeadLetter).where(DeadLetter.retried_at.is_(None))
+        )
+    letters = GaugeMetricFamily(
+        "laneway_dead_letters_open",
+        "Dead letters not sent back (laneway dlq list)",
+        value=open_letters or 0,
+    )
+    return [workers, letters]
+
+
+class FleetCollector:
+    """The families above at each scrape. Without Postgres the workers and dead letters
+    are left out (and logged) rather than the whole scrape failing."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from tasks.app import QUEUES
+
+        yield from setting_families(self.settings)
+        yield from mark_families(redis_client(self.settings))
+        try:
+            families = database_families(self.settings, QUEUES)
+        except SQLAlchemyError as exc:
+            log.warning("/metrics without the database's figures: %s", type(exc).__name__)
+            return
+        yield from families
