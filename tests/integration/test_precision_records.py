@@ -16,6 +16,7 @@ from inference.precision import choose, runtime_label
 from laneway.settings import Settings
 from tests.factories import stored_job
 from tests.integration.conftest import auth
+from tests.integration.test_pages import BASE, _login
 
 TEXTS = ["my card was charged twice", "the box arrived late", "love the app", "cannot log in"]
 
@@ -105,7 +106,7 @@ def test_a_jobs_cost_is_reckoned_from_its_chunks_measured_seconds(
     ]
 
 
-def test_chunks_that_ran_differently_make_a_mixed_job(client, account_factory, settings):
+def test_chunks_that_ran_differently_make_a_mixed_job(client, app, account_factory, settings):
     _, key = account_factory("standard")
     items = [{"id": f"m{i}", "text": f"text number {i}"} for i in range(40)]
     body = client.post("/v1/jobs", json={"items": items}, headers=auth(key)).json
@@ -121,3 +122,9 @@ def test_chunks_that_ran_differently_make_a_mixed_job(client, account_factory, s
         ("fp16", len(ids) - 1),
         ("bf16", 1),
     ]
+    # The job's page says what it ran with, too.
+    browser = app.test_client()
+    _login(browser, key)
+    page = browser.get(f"/jobs/{body['id']}", base_url=BASE).data.decode()
+    ran = f"torch 2.13.0 fp16 cuda ({len(ids) - 1} chunks); torch 2.13.0 bf16 cpu (1 chunk)"
+    assert ran in page
