@@ -195,6 +195,10 @@ class Chunk(Base):
     worker_instance: Mapped[str | None] = mapped_column(String(64))
     last_error: Mapped[str | None] = mapped_column(Text)
     device: Mapped[str | None] = mapped_column(String(20))
+    # The model stage's number format ("bf16"; "bf16+fp32" where its models differ) and
+    # runtime ("torch 2.13.0 bf16 cpu"), as inference/precision.py chose and checked them.
+    precision: Mapped[str | None] = mapped_column(String(20))
+    runtime: Mapped[str | None] = mapped_column(String(100))
     # Seconds per stage: CPU pre-processing, the model on the device, CPU post-processing.
     pre_seconds: Mapped[float | None] = mapped_column(Float)
     model_seconds: Mapped[float | None] = mapped_column(Float)

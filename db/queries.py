@@ -480,6 +480,33 @@ def job_cost(
     }
 
 
+def job_runtimes(session: Session, job_id: uuid.UUID) -> list[dict[str, Any]]:
+    """What the job's chunks ran with: per runtime, its precision and device, the chunks and
+    their model seconds, most chunks first."""
+    rows = session.execute(
+        select(
+            Chunk.runtime,
+            Chunk.precision,
+            Chunk.device,
+            func.count(),
+            func.coalesce(func.sum(Chunk.model_seconds), 0.0),
+        )
+        .where(Chunk.job_id == job_id, Chunk.runtime.is_not(None))
+        .group_by(Chunk.runtime, Chunk.precision, Chunk.device)
+    ).all()
+    found = [
+        {
+            "runtime": runtime,
+            "precision": precision,
+            "device": device,
+            "chunks": chunks,
+            "model_seconds": round(seconds, 3),
+        }
+        for runtime, precision, device, chunks, seconds in rows
+    ]
+    return sorted(found, key=lambda r: (-r["chunks"], r["runtime"]))
+
+
 def finalize_job(
     session: Session, job_id: uuid.UUID, cpu_price: float = 0.0, gpu_price: float = 0.0
 ) -> str | None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 # Nothing may reach a model hub at run time; set before transformers is imported.
@@ -14,14 +15,10 @@ import torch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
-from inference.batching import Prepared, prepare  # noqa: E402
+from inference.batching import Prepared, prepare, run_batches  # noqa: E402
+from inference.precision import DTYPES, runtime_label  # noqa: E402
 
 hf_logging.disable_progress_bar()
-
-
-def load_dtype(device: torch.device, half: bool) -> torch.dtype:
-    """fp16 on CUDA when asked (see docs/benchmarks.md for the tolerance), else fp32."""
-    return torch.float16 if (half and device.type == "cuda") else torch.float32
 
 
 class LocalModel:
@@ -36,16 +33,35 @@ class LocalModel:
         device: str = "cpu",
         max_length: int = 256,
         batch_size: int = 32,
-        half: bool = True,
+        precision: str = "fp32",
     ) -> None:
+        """`precision` is loaded as given (fp32, bf16, fp16): workers choose and check it
+        first (inference/precision.py)."""
         self.device = torch.device(device)
+        self.precision = precision
+        self.runtime = runtime_label(precision, self.device.type)
         self.max_length = max_length
         self.batch_size = batch_size
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         if self.offsets and not getattr(self.tokenizer, "is_fast", False):
             raise ValueError(f"{path}: a fast tokenizer is required (character offsets)")
-        model = self.auto_class.from_pretrained(path, dtype=load_dtype(self.device, half))
+        # bf16 on a CPU: the matrix products' weights in bf16 under autocast, the rest
+        # (embeddings, LayerNorm, the residual stream) in fp32: 0.9 of bf16 throughout's
+        # speed (the products are the work) at a third of its error (docs/benchmarks.md).
+        self.mixed = precision == "bf16" and self.device.type == "cpu"
+        dtype = torch.float32 if self.mixed else DTYPES[precision]
+        model = self.auto_class.from_pretrained(path, dtype=dtype)
+        if self.mixed:
+            for module in model.modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.to(torch.bfloat16)
         self.model = model.to(self.device).eval()
+
+    def run(self, prepared: Prepared, forward: Callable[[dict], torch.Tensor]) -> list:
+        """`forward` over each micro-batch on the device, under autocast where mixed."""
+        mixed = torch.autocast("cpu", dtype=torch.bfloat16) if self.mixed else None
+        with mixed or contextlib.nullcontext():
+            return run_batches(prepared, forward, self.device)
 
     def prepare(self, texts: Sequence[str], batch_size: int | None = None) -> Prepared:
         """CPU stage: tokenize into length-sorted micro-batches."""

@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModel
 
 from inference.base import LocalModel
-from inference.batching import Prepared, run_batches, scatter
+from inference.batching import Prepared, scatter
 
 
 def default_model_path() -> str:
@@ -29,22 +29,34 @@ class Encoder(LocalModel):
         device: str = "cpu",
         max_length: int = 256,
         batch_size: int = 32,
-        half: bool = True,
+        precision: str = "fp32",
     ) -> None:
-        super().__init__(model_path or default_model_path(), device, max_length, batch_size, half)
+        super().__init__(
+            model_path or default_model_path(), device, max_length, batch_size, precision
+        )
         self.dim = int(self.model.config.hidden_size)
+        # An fp32 twin for the few fixed texts (label descriptions, rating anchors) of a
+        # reduced-precision encoder: their vectors meet every item's, so their rounding
+        # would bias every score; they are computed once per process (Pipeline caches them).
+        self.fixed_encoder: Encoder | None = None
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = self.model(**inputs).last_hidden_state
+        # Pooled in fp32: a sum over hundreds of tokens in bf16 (8 significant bits) or fp16
+        # loses what the reduced-precision layers kept.
+        hidden = self.model(**inputs).last_hidden_state.float()
         mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
     def forward(self, prepared: Prepared) -> torch.Tensor:
         """Device stage: a (n, dim) float32 CPU tensor of unit vectors, in input order."""
         if prepared.n == 0:
             return torch.empty((0, self.dim))
-        return scatter(prepared, run_batches(prepared, self._forward, self.device))
+        return scatter(prepared, self.run(prepared, self._forward))
 
     def encode(self, texts: Sequence[str], batch_size: int | None = None) -> torch.Tensor:
         return self.forward(self.prepare(texts, batch_size))
+
+    def encode_fixed(self, texts: Sequence[str]) -> torch.Tensor:
+        """Vectors of label descriptions or anchors: by the fp32 twin where there is one."""
+        return (self.fixed_encoder or self).encode(texts)

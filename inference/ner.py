@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForTokenClassification
 
 from inference.base import LabeledModel
-from inference.batching import Prepared, run_batches
+from inference.batching import Prepared
 
 # B-X / I-X, plus the BIOES and BILU spellings of "begins" and "continues".
 _TAG = re.compile(r"^([BIESLU])[-_](.+)$")
@@ -101,7 +101,7 @@ class TokenClassifier(LabeledModel):
     def forward(self, prepared: Prepared) -> list[torch.Tensor]:
         """Device stage: per micro-batch (batch, seq, num_labels) float32 CPU probabilities."""
         # Not scattered: each micro-batch is padded to its own sequence length.
-        return run_batches(prepared, self._forward, self.device)
+        return self.run(prepared, self._forward)
 
     def entities(
         self,

@@ -17,6 +17,7 @@ import torch
 
 from inference.batching import Prepared
 from inference.encoder import Encoder
+from inference.precision import runtime_label
 from inference.text import clean, limit
 
 # Characters kept per text before tokenization: a bound on tokenizer work for huge inputs,
@@ -140,7 +141,7 @@ class Pipeline:
         # Label and anchor embeddings are computed once per process and reused.
         key = (id(encoder), texts)
         if key not in self._text_vectors:
-            self._text_vectors[key] = encoder.encode(list(texts))
+            self._text_vectors[key] = encoder.encode_fixed(list(texts))
         return self._text_vectors[key]
 
     def _models(self, tasks: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -151,6 +152,15 @@ class Pipeline:
             if model is not None:
                 keys[task] = next(t for t in tasks if models[t] is model)
         return models, keys
+
+    def runtime(self, tasks: Sequence[str]) -> dict[str, str | None]:
+        """The precision ("bf16", or "bf16+fp32" where models differ) and runtime of the
+        models serving `tasks`; None for both when no model does (extract by patterns)."""
+        loaded = [m for m in self._models(tasks)[0].values() if m is not None]
+        if not loaded:
+            return {"precision": None, "runtime": None}
+        precision = "+".join(sorted({m.precision for m in loaded}))
+        return {"precision": precision, "runtime": runtime_label(precision, loaded[0].device.type)}
 
     def pre(self, texts: Sequence[str], tasks: Sequence[str]) -> Staged:
         """CPU: clean, bound lengths, tokenize once per model."""

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from inference.base import LabeledModel, config_labels  # noqa: F401 - re-exported
-from inference.batching import Prepared, run_batches, scatter
+from inference.batching import Prepared, scatter
 
 # A star label starts with its number ("1", "4 stars") or names stars ("Stars: 4").
 _STAR_LABEL = re.compile(r"^\s*(\d+)(?!\d)|star", re.IGNORECASE)
@@ -63,7 +63,7 @@ class SequenceClassifier(LabeledModel):
         """Device stage: (n, num_labels) float32 CPU probabilities, in input order."""
         if prepared.n == 0:
             return torch.empty((0, self.num_labels))
-        return scatter(prepared, run_batches(prepared, self._forward, self.device))
+        return scatter(prepared, self.run(prepared, self._forward))
 
     def predict(self, texts: Sequence[str]) -> torch.Tensor:
         return self.forward(self.prepare(texts))

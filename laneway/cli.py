@@ -643,6 +643,10 @@ def print_summary(job: dict[str, Any]) -> None:
             f"({rate:.0f} items/s; stages: pre {stages.get('pre', 0):.2f} s, "
             f"model {stages.get('model', 0):.1f} s, post {stages.get('post', 0):.2f} s)"
         )
+    runtimes = job.get("runtimes") or []
+    if runtimes:
+        ran = "; ".join(f"{r['runtime']} ({r['chunks']} chunks)" for r in runtimes)
+        click.echo(f"ran with {ran}")
     cost = job.get("cost")
     if cost:
         click.echo(f"cost ${cost['total']:.6f} (${cost['per_item']:.8f} per item)")

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from db.models import FINAL_JOB_STATUSES, Job
-from db.queries import aware, items_done, job_cost
+from db.queries import aware, items_done, job_cost, job_runtimes
 from laneway.exports import spreadsheet_safe
 from laneway.settings import Settings
 
@@ -27,10 +27,13 @@ def iso(moment) -> str | None:  # noqa: ANN001
 
 
 def job_view(session: Session, job: Job, settings: Settings) -> dict[str, Any]:
-    """Status, progress, counts, label counts, timings, stage seconds and cost of a job."""
+    """Status, progress, counts, label counts, timings, stage seconds, the precision and
+    runtimes its chunks ran with, and cost of a job."""
     final = job.status in FINAL_JOB_STATUSES
     done = job.succeeded_items + job.failed_items if final else items_done(session, job.id)
     total = job.total_items
+    runtimes = job_runtimes(session, job.id)
+    precisions = {r["precision"] for r in runtimes}
     return {
         "id": str(job.id),
         "status": job.status,
@@ -66,6 +69,10 @@ def job_view(session: Session, job: Job, settings: Settings) -> dict[str, Any]:
         }
         if final
         else None,
+        # What the chunks' model stage ran with: one precision, "mixed", or None before
+        # any chunk ran a model.
+        "precision": precisions.pop() if len(precisions) == 1 else "mixed" if precisions else None,
+        "runtimes": runtimes,
         "cost": job.cost
         if final
         else job_cost(session, job.id, total, settings.cpu_price, settings.gpu_price),

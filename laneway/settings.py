@@ -17,6 +17,8 @@ from typing import Any
 
 ACCOUNT_TYPES = ("demo", "trial", "standard", "enterprise")
 LANES = ("cpu", "gpu")
+# LANEWAY_PRECISION: auto, or one of the number formats inference/precision.py loads.
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # Each lane's interactive queue is this prefix and the lane's name.
 INTERACTIVE_PREFIX = "interactive."
 # The queues whose workers run their model on a GPU (pinned to one device).
@@ -436,6 +438,10 @@ class Settings:
     )
     cpu_price: float = 0.0002
     gpu_price: float = 0.0015
+    # The model's number format (inference/precision.py): auto is fp16 on CUDA, bf16 on a
+    # CPU with native bf16, else fp32. LANEWAY_CUDA_HALF=false (deprecated) makes auto fp32
+    # on CUDA.
+    precision: str = "auto"
     cuda_half: bool = True
     account_limits: dict[str, AccountLimits] = field(
         default_factory=lambda: _account_limits({}, 100_000, 64 * MIB)
@@ -559,6 +565,7 @@ class Settings:
                 _choice("LANEWAY_GPU_FALLBACK", ("", "cpu")),
             ),
             "device": ("LANEWAY_DEVICE", _choice("LANEWAY_DEVICE", ("auto", "cpu", "cuda"))),
+            "precision": ("LANEWAY_PRECISION", _choice("LANEWAY_PRECISION", PRECISIONS)),
             "batch_size": ("LANEWAY_BATCH_SIZE", _int("LANEWAY_BATCH_SIZE", 1)),
             "torch_threads": ("LANEWAY_TORCH_THREADS", _int("LANEWAY_TORCH_THREADS", 1)),
             "worker_concurrency": (

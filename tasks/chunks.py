@@ -301,6 +301,15 @@ def _on_failure(
     return _finish(work, found.outputs, found.failures, **fields)
 
 
+def _ran_on(device: str, work: Work) -> dict[str, Any]:
+    """The chunk's stage record of where its model stage ran: device, precision, runtime."""
+    try:
+        return {"device": device, **get_pipeline().runtime(work.tasks)}
+    except Exception as exc:  # noqa: BLE001 - a model that failed to load: record the device
+        log.warning("chunk %s: no precision to record (%s)", work.chunk_id, type(exc).__name__)
+        return {"device": device}
+
+
 def _runner(work: Work) -> TimedRun:
     """All three stages over some of the chunk's texts, with the faults a test injects."""
     return TimedRun(get_pipeline(), work.tasks, work.labels, model_stage_check(get_settings()))
@@ -328,7 +337,7 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         with interruptible(watch):
             outputs, times = _cached_run(work)
     except Exception as exc:
-        return _on_failure(self, work, exc, _runner(work), started, device=device)
+        return _on_failure(self, work, exc, _runner(work), started, **_ran_on(device, work))
     finally:
         if watch.paused:
             log.info("chunk %s stepped aside %.2f s for interactive work", chunk_id, watch.paused)
@@ -339,7 +348,7 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         work,
         outputs,
         None,
-        device=device,
+        **_ran_on(device, work),
         pre_seconds=times.pre,
         model_seconds=times.model,
         post_seconds=times.post,
@@ -400,11 +409,11 @@ def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
                 check(work.texts)
             pipeline.model(staged, work.labels)
     except Exception as exc:
-        return _on_failure(self, work, exc, _runner(work), started, device=device)
+        return _on_failure(self, work, exc, _runner(work), started, **_ran_on(device, work))
     model_seconds = time.perf_counter() - started
     metrics.record_model(work.lane, model_seconds, staged.batches)
     r.set(_key(chunk_id, "raw"), staged.to_bytes("raw"), ex=HANDOFF_TTL)
-    _hand_on(work, "post", device=device, model_seconds=model_seconds)
+    _hand_on(work, "post", **_ran_on(device, work), model_seconds=model_seconds)
     return {"chunk": chunk_id, "model_seconds": model_seconds}
 
 

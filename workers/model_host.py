@@ -19,43 +19,62 @@ _pipelines: dict[tuple[Any, ...], Any] = {}
 
 
 def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
-    """Load one registry entry on `device`, once per process."""
-    key = (os.getpid(), spec, device, settings.batch_size, settings.cuda_half)
+    """Load one registry entry on `device`, once per process, in the precision chosen for
+    the device and checked against fp32 (inference/precision.py)."""
+    key = (os.getpid(), spec, device, settings.batch_size, settings.precision, settings.cuda_half)
     with _lock:
         if key not in _models:
             import torch
 
+            from inference.precision import choose, load_checked
+
             torch.set_num_threads(_torch_threads(settings))
-            common = {
-                "device": device,
-                "max_length": min(spec.max_length, settings.max_length)
-                if spec.kind == "embedding"
-                else spec.max_length,
-                "batch_size": settings.batch_size,
-                "half": settings.cuda_half,
-            }
-            if spec.kind == "embedding":
-                from inference import Encoder
-
-                model = Encoder(spec.path or None, **common)
-            elif spec.kind == "sequence-classification":
-                from inference.seqcls import SequenceClassifier
-
-                model = SequenceClassifier(spec.path, labels=spec.labels, **common)
-            else:
-                from inference.ner import TokenClassifier
-
-                model = TokenClassifier(spec.path, labels=spec.labels, **common)
+            choice = choose(settings.precision, torch.device(device).type, settings.cuda_half)
+            if choice.fallback:
+                log.warning(
+                    "model %s: LANEWAY_PRECISION=%s, but %s: loading fp32",
+                    spec.name, settings.precision, choice.fallback,
+                )  # fmt: skip
+            model = load_checked(
+                lambda precision: _build(spec, settings, device, precision),
+                choice.precision,
+                settings.score_anchors,
+                name=f"model {spec.name}",
+            )
             _models[key] = model
             log.info(
-                "model %s (%s) loaded in pid %s on %s with %s torch threads",
+                "model %s (%s) loaded in pid %s on %s with %s torch threads: %s",
                 spec.name,
                 spec.kind,
                 os.getpid(),
                 device,
                 _torch_threads(settings),
+                model.runtime,
             )
         return _models[key]
+
+
+def _build(spec: ModelSpec, settings: Settings, device: str, precision: str) -> Any:
+    """One registry entry's model class, loaded on `device` in `precision`."""
+    common = {
+        "device": device,
+        "max_length": min(spec.max_length, settings.max_length)
+        if spec.kind == "embedding"
+        else spec.max_length,
+        "batch_size": settings.batch_size,
+        "precision": precision,
+    }
+    if spec.kind == "embedding":
+        from inference import Encoder
+
+        return Encoder(spec.path or None, **common)
+    if spec.kind == "sequence-classification":
+        from inference.seqcls import SequenceClassifier
+
+        return SequenceClassifier(spec.path, labels=spec.labels, **common)
+    from inference.ner import TokenClassifier
+
+    return TokenClassifier(spec.path, labels=spec.labels, **common)
 
 
 def _torch_threads(settings: Settings) -> int:

@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from db.models import Chunk, Job, Worker, WorkerEvent
 from db.session import session_scope
+from inference.precision import choose, runtime_label
 from laneway.jobs import submit_job
 from tests.e2e.procs import BIN, Proc, wait_for
 from tests.faults.harness import LONG_TEXT, assert_exactly_one_result_each, wait_final
@@ -163,6 +164,9 @@ def test_gpu_work_at_zero_starts_workers_and_beat_stops_the_idle_one_not_the_bus
     with session_scope(settings) as session:
         chunk = session.scalars(select(Chunk).where(Chunk.job_id == job.id)).one()
         busy_node, chunk_started, chunk_done = chunk.worker, chunk.started_at, chunk.finished_at
+        # A gpu worker falling back to the CPU follows the CPU's precision rules.
+        expected = choose("auto", chunk.device).precision
+        assert (chunk.precision, chunk.runtime) == (expected, runtime_label(expected, chunk.device))
         scaled_up = session.scalars(
             select(Worker).where(Worker.hostname.like("gpu%"), Worker.started_at >= started)
         ).all()

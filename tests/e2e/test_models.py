@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from inference.precision import choose, runtime_label
 from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
 from tests.tiny_models import make_seqcls_model, make_token_model
 
@@ -93,6 +94,13 @@ def test_every_task_with_fine_tuned_models(fleet, account_factory):
     assert job["tasks"] == ["classify", "score", "extract", "embed"]
     assert job["labels"] == TOPICS
     assert job["cost"]["total"] > 0 and set(job["cost"]["by_stage"]) == {"pre", "model", "post"}
+    # Every model was checked at the worker's start and runs in this CPU's precision (bf16
+    # where it computes bf16 natively); the job says so, per runtime.
+    expected = choose("auto", "cpu").precision
+    assert job["precision"] == expected, job["runtimes"]
+    assert [(r["runtime"], r["device"]) for r in job["runtimes"]] == [
+        (runtime_label(expected, "cpu"), "cpu")
+    ]
 
     lines = http.get(f"{url}/v1/jobs/{job_id}/results", headers=headers).text.splitlines()
     records = [json.loads(line) for line in lines]

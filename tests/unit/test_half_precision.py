@@ -26,8 +26,8 @@ def texts():
 
 def test_fp16_embeddings_and_labels_match_fp32(texts):
     torch.set_num_threads(1)
-    full = Encoder(half=False)
-    half = Encoder(half=False)
+    full = Encoder(precision="fp32")
+    half = Encoder(precision="fp32")
     half.model.half()
     try:
         v32, v16 = full.encode(texts), half.encode(texts)

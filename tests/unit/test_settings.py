@@ -78,6 +78,8 @@ def test_model_registry_and_task_models(tmp_path):
         ({"LANEWAY_SCORE_ANCHORS": "only one"}, "LANEWAY_SCORE_ANCHORS"),
         ({"LANEWAY_GPU_PRICE": "free"}, "LANEWAY_GPU_PRICE"),
         ({"LANEWAY_CUDA_HALF": "maybe"}, "LANEWAY_CUDA_HALF"),
+        ({"LANEWAY_PRECISION": "int8"}, "LANEWAY_PRECISION must be one of auto, fp32"),
+        ({"LANEWAY_PRECISION": "bfloat16"}, "LANEWAY_PRECISION"),
     ],
 )
 def test_bad_registry_settings_name_the_variable(env, message):
@@ -343,3 +345,12 @@ def test_who_stops_idle_gpu_workers_is_apart_from_the_idle_time_routing_charges(
     assert Prices.of(keda).gpu_idle_timeout == 300
     never = Settings.from_env({"LANEWAY_GPU_IDLE_TIMEOUT": "0"})
     assert not never.beat_stops_gpu_workers and Prices.of(never).gpu_idle_timeout == 0
+
+
+def test_precision_defaults_to_auto_and_reads_any_case():
+    assert Settings().precision == "auto"
+    assert Settings.from_env({"LANEWAY_PRECISION": " BF16 "}).precision == "bf16"
+    assert Settings.from_env({"LANEWAY_PRECISION": ""}).precision == "auto"
+    # The deprecated LANEWAY_CUDA_HALF stays readable next to it (inference.precision.choose).
+    legacy = Settings.from_env({"LANEWAY_CUDA_HALF": "false"})
+    assert (legacy.precision, legacy.cuda_half) == ("auto", False)

@@ -1,0 +1,130 @@
+"""What a job ran with and what it cost, against the real Postgres and Redis: each chunk's
+stage record carries its precision and runtime, the job document sums them up, and the
+cost follows the measured model seconds."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import update
+
+from db.models import Chunk, Job
+from db.queries import finalize_job, job_runtimes
+from db.session import session_scope
+from inference.precision import choose, runtime_label
+from laneway.settings import Settings
+from tests.factories import stored_job
+from tests.integration.conftest import auth
+from tests.integration.test_pages import BASE, _login
+
+TEXTS = ["my card was charged twice", "the box arrived late", "love the app", "cannot log in"]
+
+
+def test_a_cpu_chunk_records_its_precision_and_the_job_document_shows_it(
+    client, account_factory, settings
+):
+    from tasks.chunks import run_chunk
+
+    _, key = account_factory("standard")
+    items = [{"id": f"t{i}", "text": t} for i, t in enumerate(TEXTS)]
+    body = client.post(
+        "/v1/jobs", json={"tasks": ["classify", "score"], "items": items}, headers=auth(key)
+    ).json
+    job_id = uuid.UUID(body["id"])
+    # Before any chunk ran: nothing to show yet.
+    job = client.get(body["links"]["self"], headers=auth(key)).json
+    assert (job["precision"], job["runtimes"]) == (None, [])
+
+    with session_scope(settings) as session:
+        chunk_id = session.query(Chunk.id).filter_by(job_id=job_id).scalar()
+    run_chunk.apply(args=(chunk_id,)).get()
+
+    # The precision this CPU gets by default: bf16 where it computes bf16 natively.
+    expected = choose(Settings().precision, "cpu").precision
+    runtime = runtime_label(expected, "cpu")
+    with session_scope(settings) as session:
+        chunk = session.get(Chunk, chunk_id)
+        assert (chunk.state, chunk.device) == ("done", "cpu")
+        assert (chunk.precision, chunk.runtime) == (expected, runtime)
+        model_seconds = chunk.model_seconds
+    job = client.get(body["links"]["self"], headers=auth(key)).json
+    assert job["status"] == "succeeded"
+    assert job["precision"] == expected
+    assert job["runtimes"] == [
+        {
+            "runtime": runtime,
+            "precision": expected,
+            "device": "cpu",
+            "chunks": 1,
+            "model_seconds": round(model_seconds, 3),
+        }
+    ]
+    assert job["cost"]["seconds"]["model_cpu"] == round(model_seconds, 3)
+
+
+def _set_chunks(settings, chunk_ids, **values):
+    with session_scope(settings) as session:
+        session.execute(update(Chunk).where(Chunk.id.in_(chunk_ids)).values(**values))
+
+
+@pytest.mark.parametrize("model_seconds", [2.0, 1.0, 0.25])
+def test_a_jobs_cost_is_reckoned_from_its_chunks_measured_seconds(
+    settings, migrated, model_seconds
+):
+    # Four chunks of 4 items; every second at the CPU price. A faster precision (fewer
+    # model seconds) makes the same job cheaper by exactly that.
+    job_id, chunk_ids = stored_job(settings, [f"text {i}" for i in range(16)], chunk_size=4)
+    _set_chunks(
+        settings,
+        chunk_ids,
+        state="done",
+        device="cpu",
+        precision="bf16",
+        runtime="torch 2.13.0 bf16 cpu",
+        pre_seconds=0.5,
+        model_seconds=model_seconds,
+        post_seconds=0.25,
+    )
+    with session_scope(settings) as session:
+        assert finalize_job(session, job_id, cpu_price=0.01, gpu_price=0.1) == "failed"
+        cost = session.get(Job, job_id).cost
+        runtimes = job_runtimes(session, job_id)
+    total = 4 * (0.5 + model_seconds + 0.25) * 0.01
+    assert cost["total"] == pytest.approx(total)
+    assert cost["per_item"] == pytest.approx(total / 16)
+    assert cost["by_stage"]["model"] == pytest.approx(4 * model_seconds * 0.01)
+    assert cost["seconds"]["model_cpu"] == pytest.approx(4 * model_seconds)
+    assert runtimes == [
+        {
+            "runtime": "torch 2.13.0 bf16 cpu",
+            "precision": "bf16",
+            "device": "cpu",
+            "chunks": 4,
+            "model_seconds": pytest.approx(4 * model_seconds),
+        }
+    ]
+
+
+def test_chunks_that_ran_differently_make_a_mixed_job(client, app, account_factory, settings):
+    _, key = account_factory("standard")
+    items = [{"id": f"m{i}", "text": f"text number {i}"} for i in range(40)]
+    body = client.post("/v1/jobs", json={"items": items}, headers=auth(key)).json
+    with session_scope(settings) as session:
+        ids = [c for (c,) in session.query(Chunk.id).filter_by(job_id=uuid.UUID(body["id"]))]
+    assert len(ids) >= 2
+    for chunks, device, precision in ((ids[:1], "cpu", "bf16"), (ids[1:], "cuda", "fp16")):
+        runtime = f"torch 2.13.0 {precision} {device}"
+        _set_chunks(settings, chunks, device=device, precision=precision, runtime=runtime)
+    job = client.get(body["links"]["self"], headers=auth(key)).json
+    assert job["precision"] == "mixed"
+    assert [(r["precision"], r["chunks"]) for r in job["runtimes"]] == [
+        ("fp16", len(ids) - 1),
+        ("bf16", 1),
+    ]
+    # The job's page says what it ran with, too.
+    browser = app.test_client()
+    _login(browser, key)
+    page = browser.get(f"/jobs/{body['id']}", base_url=BASE).data.decode()
+    ran = f"torch 2.13.0 fp16 cuda ({len(ids) - 1} chunks); torch 2.13.0 bf16 cpu (1 chunk)"
+    assert ran in page
