@@ -14,11 +14,14 @@ from celery.signals import (
     celeryd_init,
     task_postrun,
     task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
 )
 from kombu import Queue
 
+from laneway import tracing
 from laneway.logsafe import install_redaction
 from laneway.settings import GPU_QUEUES, INTERACTIVE_PREFIX, LANES, Settings, get_settings
 from tasks.backend import backend_url
@@ -178,6 +181,26 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
         # Batch workers yield the CPU to interactive ones; the pool inherits the niceness.
         os.nice(settings.batch_nice)
     _worker.update(instance=new_instance_id(sender), hostname=sender, queues=queues, device=device)
+    if not _forks(instance):
+        tracing.configure(tracing.worker_service(queues))  # this process runs the tasks
+
+
+def _forks(instance: Any) -> bool:
+    from celery.concurrency.prefork import TaskPool
+
+    return isinstance(instance.pool_cls, type) and issubclass(instance.pool_cls, TaskPool)
+
+
+@worker_process_init.connect
+def _trace_pool_process(**_: Any) -> None:
+    """Tracing starts in each pool process: an exporter thread does not survive a fork."""
+    tracing.configure(tracing.worker_service(worker_queues()))
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _flush_spans(**_: Any) -> None:
+    tracing.flush()
 
 
 def worker_queues() -> list[str] | None:

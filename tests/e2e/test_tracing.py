@@ -1,0 +1,129 @@
+"""Traces from the real processes: gunicorn, a cpu worker and the interactive worker export
+their spans over OTLP/HTTP to a receiver in the test, and one trace joins them."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from db.models import Chunk
+from db.session import session_scope
+from tests.e2e.otlp import Receiver, Span
+from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
+from tests.faults.harness import cpu_worker
+
+pytestmark = pytest.mark.e2e
+FINAL = ("succeeded", "partial", "failed", "cancelled")
+
+
+def _one(spans: list[Span], **match) -> Span | None:
+    found = [s for s in spans if all(getattr(s, k) == v for k, v in match.items())]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def _job_trace(receiver: Receiver, job_id: str, chunks: int) -> dict[str, list[Span]] | None:
+    """The job's spans by name, once the web's request, every chunk with its three stages
+    and the aggregate have arrived (all in the request's trace); else None."""
+    spans = receiver.received()
+    post = [s for s in spans if s.name == "POST /v1/jobs" and s.attributes.get("laneway.job")]
+    post = [s for s in post if s.attributes["laneway.job"] == job_id]
+    if not post:
+        return None
+    trace = [s for s in spans if s.trace_id == post[0].trace_id]
+    named: dict[str, list[Span]] = {}
+    for span in trace:
+        named.setdefault(span.name, []).append(span)
+    runs = named.get("run/laneway.run_chunk", [])
+    stages = [s for name in ("pre", "model", "post") for s in named.get(name, [])]
+    if len(runs) < chunks or len(stages) < 3 * chunks or not named.get("run/laneway.aggregate_job"):
+        return None
+    return named
+
+
+def test_one_trace_from_the_web_through_the_workers(settings, account_factory, tmp_path):
+    account, key = account_factory()
+    headers = {"Authorization": f"Bearer {key}"}
+    with Receiver() as receiver:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+            "LANEWAY_CHUNK_SIZE": "2",  # three chunks for five items
+        }
+        web, url = start_web(tmp_path, env)
+        worker = cpu_worker(tmp_path, "cpu-traced", env=env)
+        argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "interactive-traced"]
+        interactive = start_worker("interactive-traced", argv, tmp_path, env=env)
+        procs = [web, worker, interactive]
+
+        tag = uuid.uuid4().hex
+        items = [{"id": str(n), "text": f"my parcel {n} arrived late ({tag})"} for n in range(5)]
+        r = http.post(f"{url}/v1/jobs", json={"items": items}, headers=headers)
+        assert r.status_code == 202, r.text
+        job_id = r.json()["id"]
+
+        def finished() -> dict | None:
+            body = http.get(f"{url}/v1/jobs/{job_id}", headers=headers).json()
+            return body if body["status"] in FINAL else None
+
+        assert wait_for(finished, 180, "the job", procs)["status"] == "succeeded"
+        with session_scope(settings) as session:
+            rows = session.execute(
+                select(Chunk.id, Chunk.model_seconds).where(Chunk.job_id == uuid.UUID(job_id))
+            ).all()
+        model_seconds = {chunk_id: seconds for chunk_id, seconds in rows}
+        assert len(model_seconds) == 3
+        named = wait_for(lambda: _job_trace(receiver, job_id, 3), 60, "the job's spans", procs)
+
+        # The web process's request and the worker's tasks share the trace.
+        (post,) = named["POST /v1/jobs"]
+        assert post.service == "laneway-web"
+        runs = named["run/laneway.run_chunk"]
+        assert {s.service for s in runs} == {"laneway-worker-cpu"}
+        assert {s.attributes["laneway.chunk"] for s in runs} == set(model_seconds)
+        assert {s.attributes["laneway.job"] for s in runs} == {job_id}
+        # Each chunk's stages are children of its task's span, with the seconds the chunk
+        # recorded (the job's stage_seconds come from the same figures).
+        for run in runs:
+            stages = {s.name: s for n in ("pre", "model", "post") for s in named[n]
+                      if s.parent_id == run.span_id}  # fmt: skip
+            assert set(stages) == {"pre", "model", "post"}, stages
+            chunk = run.attributes["laneway.chunk"]
+            assert stages["model"].attributes["laneway.seconds"] == pytest.approx(
+                model_seconds[chunk]
+            )
+            assert stages["model"].attributes["laneway.seconds"] > 0
+        (aggregate,) = named["run/laneway.aggregate_job"]
+        assert aggregate.attributes["laneway.job"] == job_id
+        assert aggregate.service == "laneway-worker-cpu"
+
+        # A sync request: the web's span, the interactive worker's span of that request in
+        # the same trace, and the batch that served it linked to the request.
+        body = {"items": [{"id": "a", "text": f"where is my refund ({tag})"}]}
+        r = http.post(f"{url}/v1/embed", json=body, headers=headers)
+        assert r.status_code == 200, r.text
+        assert r.json()["cached"] is False
+
+        def sync_spans() -> tuple[Span, Span, Span] | None:
+            spans = receiver.received()
+            request = [s for s in spans if s.name == "POST /v1/embed"]
+            if not request:
+                return None
+            (request,) = request
+            served = _one(spans, name="interactive.request", trace_id=request.trace_id)
+            batches = [s for s in spans if s.name == "interactive.batch"]
+            linked = [b for b in batches if (request.trace_id, request.span_id) in b.links]
+            return (request, served, linked[0]) if served and linked else None
+
+        request, served, batch = wait_for(sync_spans, 60, "the sync request's spans", procs)
+        assert request.service == "laneway-web"
+        assert served.parent_id == request.span_id
+        assert served.service == batch.service == "laneway-worker-interactive.cpu"
+        assert batch.trace_id != request.trace_id  # a batch serves many traces: links
+        assert batch.attributes["laneway.batch_items"] >= 1
+        stages = {s.name for s in receiver.received() if s.parent_id == batch.span_id}
+        assert stages == {"pre", "model", "post"}
+        # Probes and scrapes are not traced: a busy fleet's health checks are not traces.
+        assert not [s for s in receiver.received() if s.name.endswith("/healthz")]
