@@ -12,6 +12,7 @@ carries its own context (`carrier()`) and the batch span links to all of them.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import time
@@ -25,6 +26,13 @@ ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_
 PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 # The stages of a chunk (inference/pipeline.py StageTimes), in the order they run.
 STAGES = ("pre", "model", "post")
+# What the `otel` extra installs (pyproject.toml), as the modules this file imports.
+PACKAGES = (
+    "opentelemetry.sdk.trace",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.instrumentation.flask",
+    "opentelemetry.instrumentation.celery",
+)
 # Probes and scrapes (regular expressions on the URL): not traces anyone looks for.
 PROBES = "/livez$,/healthz$,/metrics$"
 
@@ -72,6 +80,29 @@ def check_protocol(env: Mapping[str, str] = os.environ) -> None:
             return
 
 
+def check(env: Mapping[str, str] = os.environ) -> str | None:
+    """The exporter to set up (None: off), once the settings and the installed packages
+    allow it; TracingError, naming the fix, when they do not."""
+    name = exporter_name(env)
+    if name is None:
+        return None
+    check_protocol(env)
+    missing = [module for module in PACKAGES if not _importable(module)]
+    if missing:
+        raise TracingError(
+            f"the OTEL_* variables ask for traces but {', '.join(missing)} is not installed: "
+            "pip install 'laneway[otel]'"
+        )
+    return name
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
 def enabled() -> bool:
     """True in a process whose tracing is set up (not merely inherited through a fork)."""
     return _configured_pid == os.getpid()
@@ -82,10 +113,11 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     environment names an exporter; idempotent per process. OTEL_SERVICE_NAME (or
     service.name in OTEL_RESOURCE_ATTRIBUTES) overrides `service`."""
     global _configured_pid
-    name = exporter_name(env)
-    if name is None or enabled():
-        return enabled()
-    check_protocol(env)
+    if enabled():
+        return True
+    name = check(env)
+    if name is None:
+        return False
     from opentelemetry import trace
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource

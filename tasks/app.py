@@ -170,6 +170,10 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
     settings = get_settings()
     queues = sorted(instance.app.amqp.queues.consume_from or {})
     device = None
+    try:
+        tracing.check()  # a malformed OTEL_* setting stops the worker, not its pool children
+    except tracing.TracingError as exc:
+        raise SystemExit(f"laneway: {exc}") from None
     if GPU_QUEUES & set(queues):
         try:
             device = check_lane("gpu", settings)

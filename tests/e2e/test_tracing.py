@@ -11,7 +11,7 @@ from sqlalchemy import select
 from db.models import Chunk
 from db.session import session_scope
 from tests.e2e.otlp import Receiver, Span
-from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
+from tests.e2e.procs import BIN, Proc, http, start_web, start_worker, wait_for
 from tests.faults.harness import cpu_worker
 
 pytestmark = pytest.mark.e2e
@@ -127,3 +127,26 @@ def test_one_trace_from_the_web_through_the_workers(settings, account_factory, t
         assert stages == {"pre", "model", "post"}
         # Probes and scrapes are not traced: a busy fleet's health checks are not traces.
         assert not [s for s in receiver.received() if s.name.endswith("/healthz")]
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL='grpc'"),
+        ({"OTEL_TRACES_EXPORTER": "jaeger"}, "OTEL_TRACES_EXPORTER='jaeger'"),
+    ],
+)
+def test_a_tracing_setting_laneway_cannot_honour_stops_each_process_by_name(tmp_path, bad, named):
+    """A hurried operator's setting is refused at start-up, naming it: never a fleet that
+    runs without the traces it was asked for, nor a crash loop of pool children."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", **bad}
+    argv = [str(BIN / "laneway"), "worker", "cpu", "--name", "cpu-bad-otel"]
+    procs = [Proc("worker-bad-otel", argv, tmp_path, env)]
+    procs.append(Proc("web-bad-otel", [str(BIN / "laneway"), "web", "--port", "0"], tmp_path, env))
+    for proc in procs:
+        try:
+            proc.proc.wait(120)
+        finally:
+            proc.stop()
+        assert proc.proc.returncode != 0, proc.tail()
+        assert named in proc.log.read_text(), proc.tail()
