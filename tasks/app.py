@@ -157,6 +157,15 @@ def _start_embedded_redis(**_: Any) -> None:
         _embedded.append(handle)
 
 
+@beat_init.connect
+def _trace_beat(**_: Any) -> None:
+    """Beat's periodic sends start traces of their own (the reconciler, the inbox scan)."""
+    try:
+        tracing.configure("laneway-beat")
+    except tracing.TracingError as exc:
+        raise SystemExit(f"laneway: {exc}") from None
+
+
 _worker: dict[str, Any] = {}
 
 

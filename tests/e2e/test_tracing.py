@@ -24,58 +24,80 @@ def _one(spans: list[Span], **match) -> Span | None:
     return found[0] if found else None
 
 
-def _job_trace(receiver: Receiver, job_id: str, chunks: int) -> dict[str, list[Span]] | None:
-    """The job's spans by name, once the web's request, every chunk with its three stages
-    and the aggregate have arrived (all in the request's trace); else None."""
+def _job_trace(receiver: Receiver, job_id: str, expected: dict[str, int]):
+    """The job's spans by name (those in the trace of the web's POST /v1/jobs span), once
+    `expected` many of each name have arrived; else None."""
     spans = receiver.received()
-    post = [s for s in spans if s.name == "POST /v1/jobs" and s.attributes.get("laneway.job")]
-    post = [s for s in post if s.attributes["laneway.job"] == job_id]
+    post = [s for s in spans if s.name == "POST /v1/jobs"]
+    post = [s for s in post if s.attributes.get("laneway.job") == job_id]
     if not post:
         return None
-    trace = [s for s in spans if s.trace_id == post[0].trace_id]
     named: dict[str, list[Span]] = {}
-    for span in trace:
-        named.setdefault(span.name, []).append(span)
-    runs = named.get("run/laneway.run_chunk", [])
-    stages = [s for name in ("pre", "model", "post") for s in named.get(name, [])]
-    if len(runs) < chunks or len(stages) < 3 * chunks or not named.get("run/laneway.aggregate_job"):
-        return None
-    return named
+    for span in spans:
+        if span.trace_id == post[0].trace_id:
+            named.setdefault(span.name, []).append(span)
+    counts_ok = all(len(named.get(name, [])) >= n for name, n in expected.items())
+    return named if counts_ok else None
+
+
+def _submit(url: str, headers: dict, n: int) -> str:
+    items = [{"id": str(i), "text": f"my parcel {i} arrived late ({uuid.uuid4().hex})"}
+             for i in range(n)]  # fmt: skip
+    r = http.post(f"{url}/v1/jobs", json={"items": items}, headers=headers)
+    assert r.status_code == 202, r.text
+    return r.json()["id"]
+
+
+def _wait_succeeded(url: str, headers: dict, job_id: str, procs) -> None:
+    def finished() -> dict | None:
+        body = http.get(f"{url}/v1/jobs/{job_id}", headers=headers).json()
+        return body if body["status"] in FINAL else None
+
+    assert wait_for(finished, 180, "the job", procs)["status"] == "succeeded"
+
+
+def _children(named: dict[str, list[Span]], parent: Span) -> dict[str, Span]:
+    found = [s for spans in named.values() for s in spans if s.parent_id == parent.span_id]
+    return {s.name: s for s in found}
+
+
+def _headers(account_factory) -> dict[str, str]:
+    _, key = account_factory()
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _traced(receiver: Receiver, **extra: str) -> dict[str, str]:
+    """A process's environment: spans to the receiver within 0.2 s, three chunks for five
+    items."""
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "LANEWAY_CHUNK_SIZE": "2",
+        **extra,
+    }
 
 
 def test_one_trace_from_the_web_through_the_workers(settings, account_factory, tmp_path):
-    account, key = account_factory()
-    headers = {"Authorization": f"Bearer {key}"}
+    headers = _headers(account_factory)
     with Receiver() as receiver:
-        env = {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-            "LANEWAY_CHUNK_SIZE": "2",  # three chunks for five items
-        }
+        env = _traced(receiver)
         web, url = start_web(tmp_path, env)
         worker = cpu_worker(tmp_path, "cpu-traced", env=env)
         argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "interactive-traced"]
         interactive = start_worker("interactive-traced", argv, tmp_path, env=env)
         procs = [web, worker, interactive]
 
-        tag = uuid.uuid4().hex
-        items = [{"id": str(n), "text": f"my parcel {n} arrived late ({tag})"} for n in range(5)]
-        r = http.post(f"{url}/v1/jobs", json={"items": items}, headers=headers)
-        assert r.status_code == 202, r.text
-        job_id = r.json()["id"]
-
-        def finished() -> dict | None:
-            body = http.get(f"{url}/v1/jobs/{job_id}", headers=headers).json()
-            return body if body["status"] in FINAL else None
-
-        assert wait_for(finished, 180, "the job", procs)["status"] == "succeeded"
+        job_id = _submit(url, headers, 5)
+        _wait_succeeded(url, headers, job_id, procs)
         with session_scope(settings) as session:
             rows = session.execute(
                 select(Chunk.id, Chunk.model_seconds).where(Chunk.job_id == uuid.UUID(job_id))
             ).all()
         model_seconds = {chunk_id: seconds for chunk_id, seconds in rows}
         assert len(model_seconds) == 3
-        named = wait_for(lambda: _job_trace(receiver, job_id, 3), 60, "the job's spans", procs)
+        expected = {"run/laneway.run_chunk": 3, "pre": 3, "model": 3, "post": 3,
+                    "run/laneway.aggregate_job": 1}  # fmt: skip
+        named = wait_for(lambda: _job_trace(receiver, job_id, expected), 60, "spans", procs)
 
         # The web process's request and the worker's tasks share the trace.
         (post,) = named["POST /v1/jobs"]
@@ -87,9 +109,8 @@ def test_one_trace_from_the_web_through_the_workers(settings, account_factory, t
         # Each chunk's stages are children of its task's span, with the seconds the chunk
         # recorded (the job's stage_seconds come from the same figures).
         for run in runs:
-            stages = {s.name: s for n in ("pre", "model", "post") for s in named[n]
-                      if s.parent_id == run.span_id}  # fmt: skip
-            assert set(stages) == {"pre", "model", "post"}, stages
+            stages = _children(named, run)
+            assert {"pre", "model", "post"} <= set(stages), stages
             chunk = run.attributes["laneway.chunk"]
             assert stages["model"].attributes["laneway.seconds"] == pytest.approx(
                 model_seconds[chunk]
@@ -101,7 +122,7 @@ def test_one_trace_from_the_web_through_the_workers(settings, account_factory, t
 
         # A sync request: the web's span, the interactive worker's span of that request in
         # the same trace, and the batch that served it linked to the request.
-        body = {"items": [{"id": "a", "text": f"where is my refund ({tag})"}]}
+        body = {"items": [{"id": "a", "text": f"where is my refund ({uuid.uuid4().hex})"}]}
         r = http.post(f"{url}/v1/embed", json=body, headers=headers)
         assert r.status_code == 200, r.text
         assert r.json()["cached"] is False
@@ -129,6 +150,45 @@ def test_one_trace_from_the_web_through_the_workers(settings, account_factory, t
         assert not [s for s in receiver.received() if s.name.endswith("/healthz")]
 
 
+def test_the_gpu_lane_traces_each_stage_on_the_worker_that_ran_it(
+    settings, account_factory, tmp_path
+):
+    """The gpu lane's chain (prep on a cpu worker, model on a gpu worker, post on a cpu
+    worker) inside the job's chord: every task of every chunk in the web request's trace,
+    each a child of the task that sent it. CPU fallback: no GPU here."""
+    headers = _headers(account_factory)
+    with Receiver() as receiver:
+        # Five items go to the gpu lane, whose worker runs on CPU.
+        env = _traced(receiver, LANEWAY_GPU_THRESHOLD="3", LANEWAY_GPU_FALLBACK="cpu")
+        web, url = start_web(tmp_path, env)
+        worker = cpu_worker(tmp_path, "cpu-traced-gpu-lane", env=env)
+        argv = [str(BIN / "laneway"), "worker", "gpu", "--device", "0"]
+        gpu = start_worker("gpu0", argv, tmp_path, env=env, log_name="gpu-traced")
+        procs = [web, worker, gpu]
+        job_id = _submit(url, headers, 5)
+        _wait_succeeded(url, headers, job_id, procs)
+        tasks = ("prep", "model", "post")
+        expected = {f"run/laneway.{t}_chunk": 3 for t in tasks}
+        named = wait_for(lambda: _job_trace(receiver, job_id, expected), 60, "spans", procs)
+
+    (post,) = named["POST /v1/jobs"]
+    assert post.attributes["laneway.lane"] == "gpu"
+    services = {"prep": "laneway-worker-cpu", "model": "laneway-worker-gpu",
+                "post": "laneway-worker-cpu"}  # fmt: skip
+    by_id = {s.span_id: s for spans in named.values() for s in spans}
+    for task, stage in zip(tasks, ("pre", "model", "post"), strict=True):
+        for run in named[f"run/laneway.{task}_chunk"]:
+            assert run.service == services[task]
+            assert run.attributes["laneway.job"] == job_id
+            assert _children(named, run)[stage].attributes["laneway.seconds"] > 0
+            # Sent by the web request (prep) or by the stage before it, through the
+            # publish span the Celery instrumentation makes on the sending side.
+            sender = by_id[by_id[run.parent_id].parent_id]
+            before = {"prep": "POST /v1/jobs", "model": "run/laneway.prep_chunk",
+                      "post": "run/laneway.model_chunk"}  # fmt: skip
+            assert sender.name == before[task], sender
+
+
 @pytest.mark.parametrize(
     ("bad", "named"),
     [
@@ -143,6 +203,7 @@ def test_a_tracing_setting_laneway_cannot_honour_stops_each_process_by_name(tmp_
     argv = [str(BIN / "laneway"), "worker", "cpu", "--name", "cpu-bad-otel"]
     procs = [Proc("worker-bad-otel", argv, tmp_path, env)]
     procs.append(Proc("web-bad-otel", [str(BIN / "laneway"), "web", "--port", "0"], tmp_path, env))
+    procs.append(Proc("beat-bad-otel", [str(BIN / "laneway"), "beat"], tmp_path, env))
     for proc in procs:
         try:
             proc.proc.wait(120)
