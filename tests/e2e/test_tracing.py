@@ -3,6 +3,7 @@ their spans over OTLP/HTTP to a receiver in the test, and one trace joins them."
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -11,7 +12,7 @@ from sqlalchemy import select
 from db.models import Chunk
 from db.session import session_scope
 from tests.e2e.otlp import Receiver, Span
-from tests.e2e.procs import BIN, Proc, http, start_web, start_worker, wait_for
+from tests.e2e.procs import BIN, Proc, free_port, http, start_web, start_worker, wait_for
 from tests.faults.harness import cpu_worker
 
 pytestmark = pytest.mark.e2e
@@ -211,3 +212,25 @@ def test_a_tracing_setting_laneway_cannot_honour_stops_each_process_by_name(tmp_
             proc.stop()
         assert proc.proc.returncode != 0, proc.tail()
         assert named in proc.log.read_text(), proc.tail()
+
+
+def test_a_collector_that_is_down_costs_the_requests_nothing(account_factory, tmp_path):
+    """Spans to a port nobody listens on: the exporter's failures stay in its own thread
+    (its retries would take seconds), and requests are answered and stored as ever."""
+    headers = _headers(account_factory)
+    down = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+    }
+    web, url = start_web(tmp_path, down)
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            job_id = _submit(url, headers, 2)
+            r = http.get(f"{url}/v1/jobs/{job_id}", headers=headers)
+            assert r.status_code == 200 and r.json()["id"] == job_id, r.text
+            assert time.monotonic() - started < 5
+        # Tracing was on: the exporter says it could not reach the collector.
+        wait_for(lambda: "exporting spans" in web.log.read_text(), 60, "the export failures", [web])
+    finally:
+        web.stop()
