@@ -1,7 +1,8 @@
 """OpenTelemetry traces, on only when the standard OTEL_* variables name an exporter.
 
-Off (the default) it costs nothing: neither the SDK nor an instrumentation package is
-imported, and every helper here returns at once. On, each process (a gunicorn worker, a
+Off (the default) it costs nothing: Laneway imports neither the SDK nor an instrumentation
+package (redis-py imports the metrics SDK of its own accord when installed: the packages are
+the `otel` extra), and every helper here returns at once. On, each process (a gunicorn worker, a
 Celery pool child, an interactive worker) sets up its own TracerProvider and batch exporter
 after the fork (an exporter thread does not survive one), and the Flask and Celery
 instrumentation packages (opentelemetry-python-contrib) trace requests and tasks; the
@@ -17,7 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def worker_service(queues: Sequence[str] | None) -> str:
     return f"laneway-worker-{lanes[0]}"
 
 
-def record_stages(seconds: Mapping[str, float], attributes: Mapping[str, Any] | None = None):
+def record_stages(seconds: Mapping[str, float]) -> None:
     """Child spans of the current span, one per stage with its measured seconds (the
     `laneway.seconds` attribute), laid end to end and ending now: a cpu-lane chunk runs
     its stages per micro-batch, so the spans show each stage's total, not its clock."""
@@ -198,8 +199,6 @@ def record_stages(seconds: Mapping[str, float], attributes: Mapping[str, Any] | 
         span = tracer.start_span(stage, start_time=start)
         span.set_attribute("laneway.stage", stage)
         span.set_attribute("laneway.seconds", value)
-        for key, attr in (attributes or {}).items():
-            span.set_attribute(key, attr)
         span.end(end_time=end)
         start = end
 
@@ -229,7 +228,9 @@ def carrier() -> dict[str, str] | None:
 
 
 @contextmanager
-def _linked_span(name: str, carriers: Sequence[Mapping[str, str] | None], **attributes: Any):
+def _linked_span(
+    name: str, carriers: Sequence[Mapping[str, str] | None], **attributes: Any
+) -> Iterator[Any]:
     from opentelemetry import trace
 
     links = []
@@ -272,7 +273,7 @@ def record_span(name: str, parent: Any, started: float, **attributes: Any) -> No
 
 def linked_span(
     name: str, carriers: Sequence[Mapping[str, str] | None], **attributes: Any
-) -> Iterator[Any] | nullcontext:
+) -> AbstractContextManager[Any]:
     """A span (a new trace) linked to the span context in each carrier: an interactive
     batch, linked to every request it served. A no-op context when tracing is off."""
     if not enabled():
