@@ -21,7 +21,8 @@ install: $(STAMP)
 torch: $(TORCH_STAMP)
 
 # What the image installs (docker/Dockerfile): Laneway and what it runs on, without the
-# developer tools of `install` (pytest, ruff, schemathesis, playwright).
+# developer tools of `install` (pytest, ruff, schemathesis, playwright); with the tracing
+# extra, so that a deployment only sets OTEL_* variables to export traces.
 install-runtime: $(RUNTIME_STAMP)
 
 # torch goes in first and pinned, so nothing later can pull another build.
@@ -32,11 +33,11 @@ $(TORCH_STAMP):
 	touch $@
 
 $(STAMP): pyproject.toml $(TORCH_STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,otel]'
 	touch $(STAMP)
 
 $(RUNTIME_STAMP): pyproject.toml $(TORCH_STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e .
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[otel]'
 	touch $@
 
 $(COMPOSE): $(STAMP)

@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 
+from laneway import tracing
 from laneway.redis_conn import client_url
 from laneway.settings import Settings
 
@@ -59,9 +60,15 @@ class Request:
     keep: bool = False  # the asynchronous pair: keep the answer for GET /v1/result
     sent: float = 0.0  # when the web app sent it (time.time()), for the stage timings
     account: int | None = None  # whose result cache entries it reads and fills (None: none)
+    # The caller's span context (W3C headers) when tracing is on: requests share messages
+    # and batches, so each carries its own (laneway/tracing.py).
+    trace: dict[str, str] | None = None
 
     def message(self) -> dict[str, Any]:
-        return self.__dict__.copy()
+        data = self.__dict__.copy()
+        if data["trace"] is None:
+            del data["trace"]  # off: the message is what a worker without tracing reads
+        return data
 
     @classmethod
     def from_message(cls, data: dict[str, Any]) -> Request:
@@ -84,6 +91,7 @@ def new_request(
         keep,
         time.time(),
         account,
+        tracing.carrier(),
     )
 
 

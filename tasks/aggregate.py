@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
+from laneway import tracing
 from tasks.base import LanewayTask
 from tasks.lifecycle import settle
 
@@ -15,5 +16,6 @@ from tasks.lifecycle import settle
 def aggregate_job(job_id: str) -> dict[str, Any]:
     # Usually a no-op by now: the job's last chunk settles it as it finishes. The callback
     # still counts when that chunk's worker died between its commit and its settle.
+    tracing.set_attributes(job=job_id)
     status = settle(uuid.UUID(job_id))
     return {"job": job_id, "status": status, "finalized": status is not None}

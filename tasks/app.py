@@ -14,11 +14,14 @@ from celery.signals import (
     celeryd_init,
     task_postrun,
     task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
     worker_ready,
     worker_shutdown,
 )
 from kombu import Queue
 
+from laneway import tracing
 from laneway.logsafe import install_redaction
 from laneway.settings import GPU_QUEUES, INTERACTIVE_PREFIX, LANES, Settings, get_settings
 from tasks.backend import backend_url
@@ -154,6 +157,15 @@ def _start_embedded_redis(**_: Any) -> None:
         _embedded.append(handle)
 
 
+@beat_init.connect
+def _trace_beat(**_: Any) -> None:
+    """Beat's periodic sends start traces of their own (the reconciler, the inbox scan)."""
+    try:
+        tracing.configure("laneway-beat")
+    except tracing.TracingError as exc:
+        raise SystemExit(f"laneway: {exc}") from None
+
+
 _worker: dict[str, Any] = {}
 
 
@@ -167,6 +179,10 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
     settings = get_settings()
     queues = sorted(instance.app.amqp.queues.consume_from or {})
     device = None
+    try:
+        tracing.check()  # a malformed OTEL_* setting stops the worker, not its pool children
+    except tracing.TracingError as exc:
+        raise SystemExit(f"laneway: {exc}") from None
     if GPU_QUEUES & set(queues):
         try:
             device = check_lane("gpu", settings)
@@ -178,6 +194,26 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
         # Batch workers yield the CPU to interactive ones; the pool inherits the niceness.
         os.nice(settings.batch_nice)
     _worker.update(instance=new_instance_id(sender), hostname=sender, queues=queues, device=device)
+    if not _forks(instance):
+        tracing.configure(tracing.worker_service(queues))  # this process runs the tasks
+
+
+def _forks(instance: Any) -> bool:
+    from celery.concurrency.prefork import TaskPool
+
+    return isinstance(instance.pool_cls, type) and issubclass(instance.pool_cls, TaskPool)
+
+
+@worker_process_init.connect
+def _trace_pool_process(**_: Any) -> None:
+    """Tracing starts in each pool process: an exporter thread does not survive a fork."""
+    tracing.configure(tracing.worker_service(worker_queues()))
+
+
+@worker_process_shutdown.connect
+@worker_shutdown.connect
+def _flush_spans(**_: Any) -> None:
+    tracing.flush()
 
 
 def worker_queues() -> list[str] | None:

@@ -33,7 +33,7 @@ from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun
-from laneway import metrics
+from laneway import metrics, tracing
 from laneway.cache import CachePlan, ResultCache, cached_compute, process_cache
 from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
@@ -124,6 +124,7 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
             work = Work(
                 chunk.id, job.id, tasks, labels, items, chunk.attempts, chunk.queue, job.account_id
             )
+            tracing.set_attributes(job=job.id, chunk=chunk.id, items=len(items), lane=chunk.queue)
         job_id = job.id
     if halves:
         send_chunks(halves)
@@ -344,6 +345,7 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     # The waits fell between micro-batches: the model stage neither ran nor cost then.
     times.model = max(0.0, times.model - watch.paused)
     metrics.record_model(work.lane, times.model, times.batches)
+    tracing.record_stages(times.as_dict())
     return _finish(
         work,
         outputs,
@@ -381,7 +383,9 @@ def prep_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     pipe.set(_key(chunk_id, "prepared"), blob, ex=HANDOFF_TTL)
     pipe.set(_key(chunk_id, "plan"), plan.to_json(), ex=HANDOFF_TTL)
     pipe.execute()
-    _hand_on(work, "model", pre_seconds=time.perf_counter() - started)
+    pre_seconds = time.perf_counter() - started
+    tracing.record_stages({"pre": pre_seconds})
+    _hand_on(work, "model", pre_seconds=pre_seconds)
     return {"chunk": chunk_id, "prepared_bytes": len(blob), "computed": len(plan.todo)}
 
 
@@ -412,6 +416,7 @@ def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         return _on_failure(self, work, exc, _runner(work), started, **_ran_on(device, work))
     model_seconds = time.perf_counter() - started
     metrics.record_model(work.lane, model_seconds, staged.batches)
+    tracing.record_stages({"model": model_seconds})
     r.set(_key(chunk_id, "raw"), staged.to_bytes("raw"), ex=HANDOFF_TTL)
     _hand_on(work, "post", **_ran_on(device, work), model_seconds=model_seconds)
     return {"chunk": chunk_id, "model_seconds": model_seconds}
@@ -448,7 +453,9 @@ def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
             outputs = plan.outputs(computed) if plan is not None else computed
     except Exception as exc:
         return _on_failure(self, work, exc, _runner(work), started)
-    result = _finish(work, outputs, None, post_seconds=time.perf_counter() - started)
+    post_seconds = time.perf_counter() - started
+    tracing.record_stages({"post": post_seconds})
+    result = _finish(work, outputs, None, post_seconds=post_seconds)
     r.delete(*keys)
     work.cache().put(work.tasks, work.labels, todo, computed)
     return result

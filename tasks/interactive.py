@@ -31,7 +31,7 @@ from celery.signals import worker_ready, worker_shutdown
 from inference.batching import Interrupted
 from inference.dynamic import DynamicBatcher
 from inference.pipeline import StageTimes, TimedRun
-from laneway import metrics, usage
+from laneway import metrics, tracing, usage
 from laneway.cache import cached_compute, process_cache
 from laneway.faults import model_stage_check
 from laneway.interactive import Request, answer, deliver, item_results
@@ -63,7 +63,19 @@ class BatchFigures:
 
 
 def run_requests(requests: Sequence[Request]) -> list[tuple[list[dict[str, Any]], dict]]:
-    """One batch: per request, its items' results (outputs or errors) and its timing."""
+    """One batch: per request, its items' results (outputs or errors) and its timing. Traced,
+    the batch is a span linked to each request's span, with its stages as children."""
+    items = sum(len(r.texts) for r in requests)
+    attributes = {"laneway.batch_requests": len(requests), "laneway.batch_items": items}
+    with tracing.linked_span("interactive.batch", [r.trace for r in requests], **attributes):
+        answers = _run_batch(requests)
+        figures: BatchFigures | None = _state.get("figures")
+        if figures is not None:
+            tracing.record_stages(figures.spent.as_dict())
+        return answers
+
+
+def _run_batch(requests: Sequence[Request]) -> list[tuple[list[dict[str, Any]], dict]]:
     started = time.time()
     from workers.model_host import get_pipeline
 
@@ -201,6 +213,14 @@ def interactive(requests: list[dict[str, Any]]) -> None:
             body = answer(request, None, Failure.of(exc).error)
         answers.append((request, body))
     deliver(r, answers)
+    for request, body in answers:
+        # The request's own trace reaches this worker (its batch span only links to it).
+        tracing.record_span(
+            "interactive.request",
+            request.trace,
+            received,
+            **{"laneway.request": request.id, "laneway.status": body["status"]},
+        )
 
 
 @worker_ready.connect

@@ -9,7 +9,24 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-class Receiver:
+class ServedFromThread:
+    """A ThreadingHTTPServer on a free local port, serving from a thread inside `with`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):  # noqa: ANN204 - the subclass
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Receiver(ServedFromThread):
     """POSTs to http://127.0.0.1:<port>/...: the first `fail` answer 500, the rest 204.
 
     `secret_url` carries a token in its path, as Slack's webhook URLs do: a URL that must
@@ -37,10 +54,8 @@ class Receiver:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        super().__init__(Handler)
         self.secret_url = f"{self.url}/services/{self.token}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def bodies(self) -> list[dict]:
@@ -53,11 +68,3 @@ class Receiver:
     def texts(self) -> list[str]:
         """The `text` of each Slack-style message received."""
         return [body.get("text", "") for body in self.bodies]
-
-    def __enter__(self) -> Receiver:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Flask
 
+from laneway import tracing
 from laneway.logsafe import install_redaction
 from laneway.settings import Settings, get_settings
 
@@ -11,6 +12,8 @@ from laneway.settings import Settings, get_settings
 def create_app(settings: Settings | None = None) -> Flask:
     settings = settings or get_settings()
     install_redaction()
+    # gunicorn builds the app in each worker after its fork: traces start there too.
+    tracing.configure("laneway-web")
     # webapp/static: the pages' stylesheet and script (the CSP allows only this origin).
     app = Flask(__name__)
     app.config["LANEWAY_SETTINGS"] = settings
@@ -31,4 +34,5 @@ def create_app(settings: Settings | None = None) -> Flask:
         app.register_blueprint(blueprint)
     app.extensions["laneway_limiter"] = init_security(app, settings)
     register_error_handlers(app)
+    tracing.instrument_flask(app)
     return app

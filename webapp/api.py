@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from db.models import Job
 from db.queries import list_keys
 from db.session import session_factory
+from laneway import tracing
 from laneway.inputs import (
     InputError,
     ItemStream,
@@ -111,6 +112,7 @@ def lane_full(exc: LaneFull) -> Response:
 def job_created(job: Job) -> Response:
     """202, the stored job's id, status, lane and links, and its URL in Location."""
     body = {"id": str(job.id), "status": job.status, "lane": job.lane, "links": _links(job.id)}
+    tracing.set_attributes(job=job.id, lane=job.lane)
     response = jsonify(body)
     response.status_code = 202
     response.headers["Location"] = url_for("api.get_job", job_id=job.id)
