@@ -10,6 +10,7 @@ from functools import lru_cache
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from laneway.jsoncodec import dumps
 from laneway.settings import Settings, get_settings
 
 
@@ -18,7 +19,7 @@ def make_engine(url: str) -> Engine:
         path = url.removeprefix("sqlite:///")
         if path and path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30})
+        engine = create_engine(url, connect_args={"timeout": 30}, json_serializer=dumps)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
@@ -31,7 +32,10 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    # JSON columns (result rows above all) are written as orjson's text: laneway/jsoncodec.py.
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=5, max_overflow=5, json_serializer=dumps
+    )
 
 
 @lru_cache(maxsize=4)
