@@ -25,7 +25,7 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
         if key not in _models:
             import torch
 
-            torch.set_num_threads(_torch_threads(settings))
+            torch.set_num_threads(settings.torch_threads)
             common = {
                 "device": device,
                 "max_length": min(spec.max_length, settings.max_length)
@@ -53,17 +53,9 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
                 spec.kind,
                 os.getpid(),
                 device,
-                _torch_threads(settings),
+                settings.torch_threads,
             )
         return _models[key]
-
-
-def _torch_threads(settings: Settings) -> int:
-    """Batch workers (cpu and gpu queues) take one thread fewer than interactive ones."""
-    from tasks.app import worker_queues
-
-    queues = set(worker_queues() or ())
-    return settings.torch_threads_for(batch=bool(queues & set(MODEL_QUEUES)))
 
 
 def get_pipeline(settings: Settings | None = None):  # noqa: ANN201

@@ -27,7 +27,7 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
     job_id = submit_job(account, items, settings=settings).id
     web, url = start_web(tmp_path)
     argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "interactive-e2e"]
-    # As on a shared 2-core machine: the batch worker yields (niceness, one thread fewer,
+    # As on a shared 2-core machine: the batch worker yields (niceness, a thread fewer,
     # and it steps aside while the interactive worker is busy).
     shared = {
         "LANEWAY_TORCH_THREADS": "2",
