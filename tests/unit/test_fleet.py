@@ -182,3 +182,14 @@ def test_without_cuda_the_fleet_runs_the_cpu_interactive_worker_alone():
     settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu"})
     assert interactive_lanes(settings) == ("cpu",)
     assert not [n for n in worker_fleet(settings).children if n.startswith("worker-interactive-")]
+
+
+def test_an_operators_own_openmp_wait_policy_wins(monkeypatch):
+    from laneway.processes import worker_env
+    from laneway.settings import Settings
+
+    settings = Settings.from_env({})
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "")
+    assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "PASSIVE"
