@@ -8,7 +8,7 @@ an idle fleet and while a batch job runs on the same machine, against the bare m
    one keep-alive connection (http.client: a cheap client, since it shares the CPU) for
    --seconds per level: p50/p99 latency and requests/s, and per stage (the Server-Timing
    header: broker, batch wait, run, reply) the median.
-3. Loaded: a batch cpu worker (niceness LANEWAY_BATCH_NICE, one torch thread fewer) runs a
+3. Loaded: a batch cpu worker (niceness LANEWAY_BATCH_NICE, a thread fewer while busy) runs a
    --batch-items job (trial account, cpu lane), and the same levels run again while it does.
 
 Every text is distinct and the result cache is off, so every request reaches the model.

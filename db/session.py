@@ -10,6 +10,7 @@ from functools import lru_cache
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from laneway.jsoncodec import dumps
 from laneway.settings import Settings, get_settings
 
 CONNECT_TIMEOUT = 10  # seconds
@@ -20,7 +21,7 @@ def make_engine(url: str) -> Engine:
         path = url.removeprefix("sqlite:///")
         if path and path != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30})
+        engine = create_engine(url, connect_args={"timeout": 30}, json_serializer=dumps)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
@@ -34,13 +35,15 @@ def make_engine(url: str) -> Engine:
 
         return engine
     # A bounded connect: a Postgres that is gone answers 503 in seconds (webapp/errors.py),
-    # not after the operating system's minutes-long TCP timeout.
+    # not after the operating system's minutes-long TCP timeout. JSON columns (result rows
+    # above all) are written as orjson's text: laneway/jsoncodec.py.
     return create_engine(
         url,
         pool_pre_ping=True,
         pool_size=5,
         max_overflow=5,
         connect_args={"connect_timeout": CONNECT_TIMEOUT},
+        json_serializer=dumps,
     )
 
 

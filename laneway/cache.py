@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 
+from laneway.jsoncodec import dumps
 from laneway.redis_conn import redis_client
 from laneway.settings import Settings
 
@@ -137,7 +138,7 @@ class ResultCache:
                     continue
                 for task, key in zip(tasks, row, strict=True):
                     part = {f: out[f] for f in TASK_FIELDS[task] if f in out}
-                    pipe.set(key, json.dumps(part, separators=(",", ":")), ex=self.ttl)
+                    pipe.set(key, dumps(part), ex=self.ttl)
             pipe.execute()
         except redis.RedisError as exc:
             log.warning("result cache unavailable: %s", type(exc).__name__)
@@ -187,7 +188,7 @@ class CachePlan:
         return [found[i] for i in self.index]
 
     def to_json(self) -> str:
-        return json.dumps(self.known, separators=(",", ":"))
+        return dumps(self.known)
 
     @classmethod
     def from_json(cls, texts: Sequence[str], data: bytes | str) -> CachePlan:

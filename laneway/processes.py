@@ -55,7 +55,9 @@ def worker_env(lane: str, settings: Settings) -> dict[str, str]:
         "LANEWAY_DEVICE": check_lane(model_lane, settings),
         "LANEWAY_GPU_FALLBACK": settings.gpu_fallback,
         # Idle OpenMP threads sleep: a spinning one takes a core from the other workers.
-        "OMP_WAIT_POLICY": "PASSIVE",
+        # An operator's own choice wins (spinning helps fp32 batch work on a quiet host and
+        # hurts it on a contended one: docs/benchmarks.md).
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY") or "PASSIVE",
     }
 
 

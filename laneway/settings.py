@@ -477,10 +477,6 @@ class Settings:
     batch_yield_max: float = 10.0
     web_threads: int = 32
 
-    def torch_threads_for(self, batch: bool) -> int:
-        """Batch workers take one torch thread fewer, so interactive work finds a core."""
-        return max(1, self.torch_threads - 1) if batch else self.torch_threads
-
     # Monitoring: Prometheus at /metrics (off: 404), Flower's port, task cap and the link
     # the dashboard shows ("": http://<this host>:<flower_port>/).
     metrics: bool = True

@@ -1,14 +1,17 @@
-"""Batch workers step aside while an interactive worker on the same host is busy.
+"""Batch workers share their host's cores with its interactive worker.
 
-Niceness and one torch thread fewer (tasks/app.py) leave a batch worker running beside
-interactive work on a shared CPU; on a 2-core machine that co-running alone costs
-interactive requests more than their goal (docs/benchmarks.md). So an interactive worker
-marks its host busy in Redis on each message it receives (`BusyMark`: a key per host
-that expires `HOLD` seconds after the last request), and a batch worker on the same host
-asks before each micro-batch (`StepAside`) and waits while the mark stands, at most
-`LANEWAY_BATCH_YIELD_MAX` seconds each time, so a steady stream of interactive requests
-slows a batch job without stopping it. Hosts are told apart by host name: workers on
-other machines (or other pods) never wait for this one's traffic.
+A cpu-lane batch worker runs its model on every core while its host has no interactive
+work (`CoreShare`): on a 2-core machine the one torch thread fewer it used to keep back
+left half the machine idle through a whole batch job. An interactive worker marks its
+host busy in Redis on each message it receives (`BusyMark`: a key per host that expires
+`HOLD` seconds after the last request), and before each micro-batch the batch worker
+looks at the mark once: while it stands the batch steps aside (`StepAside`: it waits, at
+most `LANEWAY_BATCH_YIELD_MAX` seconds each time, so a steady stream of interactive
+requests slows a batch job without stopping it) and runs with one torch thread fewer,
+giving the interactive worker a core back; once the mark lapses it takes every core
+again. torch's thread count changes between forwards for microseconds
+(docs/benchmarks.md). Hosts are told apart by host name: workers on other machines (or
+other pods) never wait for this one's traffic.
 """
 
 from __future__ import annotations
@@ -54,38 +57,90 @@ class BusyMark:
             self.next_write = 0.0  # no mark this time: batch work simply goes on
 
 
+def mark_left_ms(r: redis.Redis, key: str) -> int:
+    """Milliseconds the busy mark `key` has left; 0 when there is none (or Redis is away)."""
+    try:
+        return max(0, int(r.pttl(key)))  # -2: no mark; -1: no expiry (not ours)
+    except redis.RedisError:
+        return 0
+
+
 class StepAside:
     """The batch side, called before each micro-batch: waits while this host is marked
-    busy, at most `max_pause` seconds per call; `paused` adds up the seconds waited (the
-    model stage's time, and so its cost, leaves them out)."""
+    busy, at most `max_pause` seconds per call (0: never); `paused` adds up the seconds
+    waited (the model stage's time, and so its cost, leaves them out) and `busy` says
+    whether the mark still stood at the last look."""
 
     def __init__(
         self,
-        r: redis.Redis,
+        r: redis.Redis | None,
         max_pause: float,
         host: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        look: Callable[[], int] | None = None,
     ) -> None:
-        self.redis, self.max_pause, self.key = r, max_pause, busy_key(host)
-        self.clock, self.sleep = clock, sleep
+        self.max_pause, self.clock, self.sleep = max_pause, clock, sleep
+        key = busy_key(host)
+        self.look = look or (lambda: mark_left_ms(r, key))
         self.paused = 0.0
+        self.busy = False
 
-    def __call__(self) -> float:
+    def __call__(self, left_ms: int | None = None) -> float:
+        """Wait out the mark; `left_ms`, when the caller read it already, saves a look."""
         started = self.clock()
         deadline, slept = started + self.max_pause, False
         while True:
-            try:
-                left_ms = self.redis.pttl(self.key)  # -2: no mark; -1: no expiry (not ours)
-            except redis.RedisError:
-                break
+            if left_ms is None:
+                left_ms = self.look()
             now = self.clock()
             if left_ms <= 0 or now >= deadline:
                 break
             # The mark's expiry is the earliest the batch can go on; a fresh request
             # renews it, and the next look sees that.
             self.sleep(min(left_ms / 1000, deadline - now))
-            slept = True
+            slept, left_ms = True, None
+        self.busy = left_ms > 0
         waited = self.clock() - started if slept else 0.0
         self.paused += waited
         return waited
+
+
+def _set_torch_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+class CoreShare:
+    """The batch side's torch threads, set before each micro-batch: `cores` while the host
+    has no interactive work, one fewer (never under 1) while it has; a change only when the
+    count must change. `changes` counts them (the chunk's log line reports it)."""
+
+    def __init__(
+        self,
+        cores: int,
+        set_threads: Callable[[int], None] = _set_torch_threads,
+        threads: int | None = None,
+    ) -> None:
+        self.cores = max(1, cores)
+        self.set_threads = set_threads
+        self.threads = _torch_threads() if threads is None else threads
+        self.changes = 0
+
+    def want(self, busy: bool) -> int:
+        return max(1, self.cores - 1) if busy else self.cores
+
+    def __call__(self, busy: bool) -> int:
+        n = self.want(busy)
+        if n != self.threads:
+            self.set_threads(n)
+            self.threads = n
+            self.changes += 1
+        return n

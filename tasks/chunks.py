@@ -39,7 +39,7 @@ from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
 from laneway.settings import get_settings
-from laneway.yielding import StepAside
+from laneway.yielding import CoreShare, StepAside, busy_key
 from tasks.base import TRANSIENT_ERRORS, LanewayTask
 from tasks.dispatch import send_chunks
 from tasks.lifecycle import (
@@ -208,36 +208,56 @@ def _cancelled(work: Work) -> dict[str, Any]:
 
 class CancelWatch:
     """Asked before each micro-batch: has the job been cancelled? The Redis flag answers
-    at once; the database, the truth should Redis have been emptied, every few seconds."""
+    at once; the database, the truth should Redis have been emptied, every few seconds.
 
-    def __init__(self, job_id: uuid.UUID, db_every: float = 2.0, step_aside: bool = False):
+    With `share` (the model runs on this host's CPU) it also shares the host's cores with
+    its interactive worker (laneway/yielding.py): every core while the host's busy mark is
+    absent, one fewer while it stands, and with `step_aside` (the cpu lane) a wait while
+    it stands. One Redis round trip reads both the cancel flag and the mark.
+    """
+
+    def __init__(
+        self,
+        job_id: uuid.UUID,
+        db_every: float = 2.0,
+        share: bool = False,
+        step_aside: bool = False,
+    ):
         self.job_id = job_id
         self.db_every = db_every
         self.key = cancel_key(job_id)
         settings = get_settings()
         self.redis = redis_client(settings)
         self.next_db = time.monotonic() + db_every
-        # A cpu-lane chunk also waits, before each micro-batch, while the host's
-        # interactive worker is busy (laneway/yielding.py).
-        self.step_aside = (
-            StepAside(self.redis, settings.batch_yield_max)
-            if step_aside and settings.batch_yield_max > 0
-            else None
-        )
+        self.busy_key = busy_key()
+        pause = settings.batch_yield_max if step_aside else 0.0
+        self.step_aside = StepAside(self.redis, max(0.0, pause)) if share else None
+        self.cores = CoreShare(settings.torch_threads) if share else None
 
     @property
     def paused(self) -> float:
         """Seconds spent waiting for interactive work, inside the model stage."""
         return self.step_aside.paused if self.step_aside is not None else 0.0
 
-    def __call__(self) -> bool:
-        if self.step_aside is not None:
-            self.step_aside()
+    def _look(self) -> tuple[int, bool]:
+        """The host's busy mark (milliseconds left, when sharing) and the cancel flag."""
         try:
-            if self.redis.exists(self.key):
-                return True
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.exists(self.key)
+            if self.step_aside is not None:
+                pipe.pttl(self.busy_key)
+            cancelled, *mark = pipe.execute()
         except redis.RedisError:
-            pass
+            return 0, False
+        return (max(0, int(mark[0])) if mark else 0), bool(cancelled)
+
+    def __call__(self) -> bool:
+        left_ms, cancelled = self._look()
+        if cancelled:
+            return True
+        if self.step_aside is not None and self.cores is not None:
+            self.step_aside(left_ms)
+            self.cores(busy=self.step_aside.busy)
         if time.monotonic() < self.next_db:
             return False
         self.next_db = time.monotonic() + self.db_every
@@ -333,15 +353,14 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     settings = get_settings()
     device = model_device(settings)
     started = time.perf_counter()
-    watch = CancelWatch(work.job_id, step_aside=True)
+    watch = CancelWatch(work.job_id, share=True, step_aside=True)
     try:
         with interruptible(watch):
             outputs, times = _cached_run(work)
     except Exception as exc:
         return _on_failure(self, work, exc, _runner(work), started, **_ran_on(device, work))
     finally:
-        if watch.paused:
-            log.info("chunk %s stepped aside %.2f s for interactive work", chunk_id, watch.paused)
+        _log_sharing(chunk_id, watch)
     # The waits fell between micro-batches: the model stage neither ran nor cost then.
     times.model = max(0.0, times.model - watch.paused)
     metrics.record_model(work.lane, times.model, times.batches)
@@ -355,6 +374,19 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         model_seconds=times.model,
         post_seconds=times.post,
     )
+
+
+def _log_sharing(chunk_id: int, watch: CancelWatch) -> None:
+    if watch.paused:
+        log.info("chunk %s stepped aside %.2f s for interactive work", chunk_id, watch.paused)
+    if watch.cores is not None and watch.cores.changes:
+        log.info(
+            "chunk %s changed its torch threads %s times for interactive work (now %s of %s)",
+            chunk_id,
+            watch.cores.changes,
+            watch.cores.threads,
+            watch.cores.cores,
+        )
 
 
 def _key(chunk_id: int, part: str) -> str:
@@ -408,13 +440,17 @@ def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
             staged.load("prepared", blob)
         check = model_stage_check(settings)
         started = time.perf_counter()
-        with interruptible(CancelWatch(work.job_id)):
+        # On the CPU fallback it shares the host's cores as the cpu lane does (without
+        # stepping aside: the gpu lane never did).
+        watch = CancelWatch(work.job_id, share=device == "cpu")
+        with interruptible(watch):
             if check is not None:
                 check(work.texts)
             pipeline.model(staged, work.labels)
     except Exception as exc:
         return _on_failure(self, work, exc, _runner(work), started, **_ran_on(device, work))
     model_seconds = time.perf_counter() - started
+    _log_sharing(chunk_id, watch)
     metrics.record_model(work.lane, model_seconds, staged.batches)
     tracing.record_stages({"model": model_seconds})
     r.set(_key(chunk_id, "raw"), staged.to_bytes("raw"), ex=HANDOFF_TTL)

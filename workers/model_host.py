@@ -28,7 +28,7 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
 
             from inference.precision import choose, load_checked
 
-            torch.set_num_threads(_torch_threads(settings))
+            torch.set_num_threads(settings.torch_threads)
             choice = choose(settings.precision, torch.device(device).type, settings.cuda_half)
             if choice.fallback:
                 log.warning(
@@ -48,7 +48,7 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
                 spec.kind,
                 os.getpid(),
                 device,
-                _torch_threads(settings),
+                settings.torch_threads,
                 model.runtime,
             )
         return _models[key]
@@ -75,14 +75,6 @@ def _build(spec: ModelSpec, settings: Settings, device: str, precision: str) -> 
     from inference.ner import TokenClassifier
 
     return TokenClassifier(spec.path, labels=spec.labels, **common)
-
-
-def _torch_threads(settings: Settings) -> int:
-    """Batch workers (cpu and gpu queues) take one thread fewer than interactive ones."""
-    from tasks.app import worker_queues
-
-    queues = set(worker_queues() or ())
-    return settings.torch_threads_for(batch=bool(queues & set(MODEL_QUEUES)))
 
 
 def get_pipeline(settings: Settings | None = None):  # noqa: ANN201

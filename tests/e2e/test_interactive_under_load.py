@@ -27,7 +27,7 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
     job_id = submit_job(account, items, settings=settings).id
     web, url = start_web(tmp_path)
     argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "interactive-e2e"]
-    # As on a shared 2-core machine: the batch worker yields (niceness, one thread fewer,
+    # As on a shared 2-core machine: the batch worker yields (niceness, a thread fewer,
     # and it steps aside while the interactive worker is busy).
     shared = {
         "LANEWAY_TORCH_THREADS": "2",
@@ -54,12 +54,12 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
         assert r.json()["results"][0]["label"] == "billing"
     # The batch job was still running all along: the answers did not wait for it.
     assert {"queued", "running"} & set(chunk_states())
-    # The batch worker and its pool run at niceness 10 with one torch thread; the
-    # interactive worker at the normal priority with both.
+    # The batch worker and its pool run at niceness 10, loaded with every core (both
+    # threads); the interactive worker at the normal priority with both too.
     tree = [psutil.Process(batch.proc.pid), *psutil.Process(batch.proc.pid).children(True)]
     assert {p.nice() for p in tree if "celery" in " ".join(p.cmdline())} == {10}
     assert psutil.Process(interactive.proc.pid).nice() == 0
-    assert "with 1 torch threads" in batch.log.read_text()
+    assert "with 2 torch threads" in batch.log.read_text()
     assert "with 2 torch threads" in interactive.log.read_text()
     # The interactive worker's requests marked the host busy, and the batch worker, in
     # another process, waited for them between micro-batches (its chunk logs the wait

@@ -1,5 +1,6 @@
 """Alembic: one head, no drift between models and migrations, upgrade of empty databases."""
 
+import json
 import uuid
 
 from alembic import command
@@ -129,3 +130,62 @@ def test_accounts_security_keeps_accounts_keys_and_jobs(tmp_path):
         command.check(alembic_config(url=url))
     finally:
         engine.dispose()
+
+
+def test_results_are_compressed_with_lz4_and_stay_readable_across_the_change():
+    """0009 switches results.output to lz4 where the server has it; rows written before
+    (pglz) and after read back alike, and the downgrade returns to the server default."""
+    from sqlalchemy import text
+    from sqlalchemy.orm import Session
+
+    from db.queries import create_account, create_job
+    from laneway.planner import plan_chunks
+
+    name = f"laneway_mig_{uuid.uuid4().hex[:8]}"
+    url = create_database(name)
+    compression = text(
+        "SELECT attcompression FROM pg_attribute "
+        "WHERE attrelid = 'results'::regclass AND attname = 'output'"
+    )
+    row = "INSERT INTO results (job_id, idx, item_id, output) VALUES (:job, :idx, 'i', :out)"
+    vector = {"embedding": [round(0.001 * i - 0.19, 6) for i in range(384)]}  # over 2 kB
+    engine = create_engine(url)
+    try:
+        upgrade(url=url, revision="0008")
+        with engine.begin() as conn:
+            has_lz4 = conn.scalar(
+                text(
+                    "SELECT 'lz4' = ANY(enumvals) FROM pg_settings "
+                    "WHERE name = 'default_toast_compression'"
+                )
+            )
+        with Session(engine) as session, session.begin():
+            account, _ = create_account(session, "lz4", "standard")
+            job = create_job(
+                session,
+                account_id=account.id,
+                tasks=["embed"],
+                labels=[],
+                items=[("i0", "a"), ("i1", "b")],
+                lane="cpu",
+                chunks=plan_chunks(2, 2),
+                chunk_size=2,
+            ).id
+        with engine.begin() as conn:
+            conn.execute(text(row), {"job": job, "idx": 0, "out": json.dumps(vector)})
+        upgrade(url=url)
+        with engine.begin() as conn:
+            assert conn.scalar(compression) == ("l" if has_lz4 else "")
+            conn.execute(text(row), {"job": job, "idx": 1, "out": json.dumps(vector)})
+            outputs = conn.scalars(text("SELECT output::text FROM results ORDER BY idx")).all()
+            methods = conn.scalars(
+                text("SELECT pg_column_compression(output) FROM results ORDER BY idx")
+            ).all()
+        assert [json.loads(o) for o in outputs] == [vector, vector]
+        assert methods == (["pglz", "lz4"] if has_lz4 else ["pglz", "pglz"])
+        command.downgrade(alembic_config(url=url), "0008")
+        with engine.begin() as conn:
+            assert conn.scalar(compression) == ""
+    finally:
+        engine.dispose()
+        drop_database(name)

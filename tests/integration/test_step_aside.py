@@ -91,3 +91,96 @@ def test_a_chunk_leaves_its_wait_out_of_the_model_stage(settings, migrated, monk
         assert chunk.state == "done" and len(results) == 3
         # The model stage's recorded time (its cost) leaves out the wait.
         assert chunk.model_seconds <= wall - paused
+
+
+@pytest.fixture
+def sharing(settings, migrated, monkeypatch):
+    """Settings of a 2-core host whose batch worker never waits (only its threads change),
+    with this process's torch threads put back afterwards."""
+    import torch
+
+    import tasks.chunks
+
+    before = torch.get_num_threads()
+    shared = dataclasses.replace(settings, torch_threads=2, batch_yield_max=0.0)
+    monkeypatch.setattr(tasks.chunks, "get_settings", lambda: shared)
+    torch.set_num_threads(2)
+    yield shared
+    torch.set_num_threads(before)
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_the_batch_side_gives_a_core_back_while_the_mark_stands_and_takes_it_again(sharing, r):
+    import torch
+
+    from tasks.chunks import CancelWatch
+
+    job_id, _ = stored_job(sharing, ["one text"], prefix="w")
+    watch = CancelWatch(job_id, share=True)
+    assert watch() is False and torch.get_num_threads() == 2  # idle host: every core
+    BusyMark(r, hold=0.5).mark()  # this host's interactive worker took a request
+    assert watch() is False and torch.get_num_threads() == 1
+    wait_until(lambda: not r.exists(busy_key()), 5, "the mark to lapse")
+    assert watch() is False and torch.get_num_threads() == 2
+    assert watch.cores.changes == 2
+
+
+def test_a_cancelled_job_stops_at_once_even_while_the_host_is_busy(sharing, r, monkeypatch):
+    import tasks.chunks
+    from tasks.lifecycle import cancel_key
+
+    stepping = dataclasses.replace(sharing, batch_yield_max=30.0)
+    monkeypatch.setattr(tasks.chunks, "get_settings", lambda: stepping)
+    job_id, _ = stored_job(stepping, ["one text"], prefix="c")
+    BusyMark(r, hold=30).mark()
+    r.set(cancel_key(job_id), "1", ex=60)
+    started = time.monotonic()
+    assert tasks.chunks.CancelWatch(job_id, share=True, step_aside=True)() is True
+    assert time.monotonic() - started < 5  # it did not wait out the 30 s mark first
+
+
+def test_a_chunk_runs_a_core_fewer_under_interactive_work_and_every_core_after(sharing, r, caplog):
+    import torch
+
+    import tasks.chunks
+
+    texts = [f"text number {i} about a parcel" for i in range(6)]
+    with caplog.at_level(logging.INFO, logger="tasks.chunks"):
+        _, (busy_chunk,) = stored_job(sharing, texts, prefix="b")
+        r.set(busy_key(), "1", px=60_000)  # busy through the whole chunk
+        tasks.chunks.run_chunk.apply(args=(busy_chunk,)).get()
+        assert torch.get_num_threads() == 1
+        r.delete(busy_key())  # the traffic stopped
+        _, (idle_chunk,) = stored_job(sharing, texts, prefix="i")
+        tasks.chunks.run_chunk.apply(args=(idle_chunk,)).get()
+        assert torch.get_num_threads() == 2
+    lines = [m for m in caplog.messages if "changed its torch threads" in m]
+    assert [m.split()[1] for m in lines] == [str(busy_chunk), str(idle_chunk)]
+    assert "(now 1 of 2)" in lines[0] and "(now 2 of 2)" in lines[1]
+    assert not [m for m in caplog.messages if "stepped aside" in m]  # it never waited
+
+
+def test_the_gpu_lanes_cpu_fallback_shares_the_cores_the_same_way(sharing, r, caplog):
+    import torch
+
+    from tasks.chunks import model_chunk, post_chunk, prep_chunk
+
+    _, (chunk_id,) = stored_job(
+        sharing, ["my parcel is late", "login fails"], lane="gpu", prefix="g"
+    )
+    prep_chunk.apply(args=(chunk_id,)).get()
+    r.set(busy_key(), "1", px=60_000)
+    with caplog.at_level(logging.INFO, logger="tasks.chunks"):
+        model_chunk.apply(args=(chunk_id,)).get()
+    assert torch.get_num_threads() == 1
+    assert [m for m in caplog.messages if "changed its torch threads" in m and "now 1 of 2" in m]
+    r.delete(busy_key())
+    post_chunk.apply(args=(chunk_id,)).get()
+    with session_scope(sharing) as session:
+        assert session.get(Chunk, chunk_id).state == "done"

@@ -227,3 +227,14 @@ def test_a_device_lock_taken_twice_in_one_process_is_refused(tmp_path):
     finally:
         os.close(first)
     assert devicelock.holder(tmp_path / "missing.lock") == "?"
+
+
+def test_an_operators_own_openmp_wait_policy_wins(monkeypatch):
+    from laneway.processes import worker_env
+    from laneway.settings import Settings
+
+    settings = Settings.from_env({})
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "ACTIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "")
+    assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "PASSIVE"
