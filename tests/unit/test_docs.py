@@ -43,6 +43,13 @@ def test_the_readme_is_short_and_its_links_hold():
     assert {p.name for p in DOCS.glob("*.md")} - {"index.md"} <= linked
 
 
+def test_the_readmes_client_example_is_the_tested_one():
+    # tests/e2e/test_openai_sdk.py runs getting-started.md's python blocks against a fleet.
+    block = re.compile(r"```python\n(.*?)```", flags=re.S)
+    readme = block.findall((ROOT / "README.md").read_text())
+    assert readme and readme == block.findall((DOCS / "getting-started.md").read_text())
+
+
 def test_every_setting_is_in_the_configuration_reference():
     names = set(re.findall(r'"(LANEWAY_[A-Z0-9_]+)"', (ROOT / "laneway/settings.py").read_text()))
     assert len(names) > 50
