@@ -1,7 +1,8 @@
 """The real `openai` SDK against `laneway web` (gunicorn) and a real interactive worker:
 its vectors are /v1/embed's, its usage the tokenizer's counts, its errors the SDK's
-exceptions. With a cpu worker beside them, the examples of docs/client.md and
-docs/openai.md run as written, and `laneway submit` goes through the same client."""
+exceptions. With a cpu worker beside them, the examples of docs/client.md, docs/openai.md
+and docs/getting-started.md run as written, and `laneway submit` goes through the same
+client."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def python_blocks(doc: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
 
 
-@pytest.mark.parametrize("doc", ["client.md", "openai.md"])
+@pytest.mark.parametrize("doc", ["client.md", "openai.md", "getting-started.md"])
 def test_the_docs_examples_run(server, key, doc, monkeypatch):
     monkeypatch.setenv("LANEWAY_URL", server)
     monkeypatch.setenv("LANEWAY_API_KEY", key)

@@ -1,0 +1,89 @@
+"""The documentation: a short README whose links hold, a configuration reference naming every
+setting, and a site that `mkdocs build --strict` builds, and refuses with a broken link."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+MKDOCS = Path(sys.executable).with_name("mkdocs")
+# Markdown links [text](target), images included; http(s) targets are not ours to check.
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(MKDOCS), "build", "--strict", "-f", str(config), "-d", str(site)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
+
+
+def test_the_readme_is_short_and_its_links_hold():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    needed = ("make demo", "make test", "curl ", "from laneway import Client", "laneway submit")
+    assert [n for n in needed if n not in readme] == []
+    local = [t for t in LINK.findall(readme) if not t.startswith(("http://", "https://"))]
+    assert local, "the README links to no page"
+    for target in local:
+        assert (ROOT / target.split("#")[0]).is_file(), target
+    # Every page of the site is linked from the README.
+    linked = {Path(t.split("#")[0]).name for t in local}
+    assert {p.name for p in DOCS.glob("*.md")} - {"index.md"} <= linked
+
+
+def test_the_readmes_client_example_is_the_tested_one():
+    # tests/e2e/test_openai_sdk.py runs getting-started.md's python blocks against a fleet.
+    block = re.compile(r"```python\n(.*?)```", flags=re.S)
+    readme = block.findall((ROOT / "README.md").read_text())
+    assert readme and readme == block.findall((DOCS / "getting-started.md").read_text())
+
+
+def test_every_setting_is_in_the_configuration_reference():
+    names = set(re.findall(r'"(LANEWAY_[A-Z0-9_]+)"', (ROOT / "laneway/settings.py").read_text()))
+    assert len(names) > 50
+    reference = (DOCS / "configuration.md").read_text()
+    assert sorted(n for n in names if f"`{n}`" not in reference) == []
+
+
+def test_every_page_is_in_the_nav():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert config["strict"] is True
+
+    def pages(nav: list) -> set[str]:
+        found: set[str] = set()
+        for entry in nav:
+            for value in entry.values():
+                found |= pages(value) if isinstance(value, list) else {value}
+        return found
+
+    assert pages(config["nav"]) == {p.name for p in DOCS.glob("*.md")}
+
+
+@pytest.mark.skipif(not MKDOCS.exists(), reason="mkdocs is not installed (the dev extra)")
+def test_the_site_builds_strict_and_a_broken_link_fails_it(tmp_path):
+    done = build(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "getting-started" / "index.html").is_file()
+    assert "WARNING" not in done.stderr
+
+    # The same site with one link to a missing anchor and one to a missing page: refused.
+    copy = tmp_path / "copy"
+    shutil.copytree(DOCS, copy / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
+    page = copy / "docs" / "api.md"
+    page.write_text(page.read_text() + "\n[gone](concepts.md#no-such-part) [lost](gone.md)\n")
+    done = build(copy / "mkdocs.yml", tmp_path / "broken")
+    assert done.returncode != 0
+    assert "no-such-part" in done.stderr and "gone.md" in done.stderr
