@@ -50,15 +50,18 @@ def load_texts(n: int) -> list[str]:
     return [f"{base[i % len(base)]} (ref {i})" for i in range(n)]
 
 
-def cpu_precisions() -> dict[str, object]:
-    """The precisions this CPU computes natively, fastest last: fp32 always, bf16 where torch
-    reports AVX512-BF16 or AMX. A stand-in for the inference layer's own per-device choice
-    (issue 17, requirement 1): point this at it once that is merged."""
-    import torch
+def cpu_precisions() -> dict[str, str]:
+    """The bare-model variants this CPU computes natively, by name, with the Encoder
+    precision each loads: fp32 always; where the inference layer finds native bf16
+    (inference/precision.py), `bf16` as the workers run it (matrix products in bf16 under
+    autocast, the rest fp32) and `bf16-pure` (every weight and activation in bf16: faster,
+    and checked against the same tolerance, which it may fail)."""
+    from inference.precision import native_bf16_cpu
 
-    found: dict[str, object] = {"fp32": torch.float32}
-    if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
-        found["bf16"] = torch.bfloat16
+    found = {"fp32": "fp32"}
+    if native_bf16_cpu():
+        found["bf16"] = "bf16"
+        found["bf16-pure"] = "bf16-pure"
     return found
 
 
@@ -72,7 +75,7 @@ class Bare:
         batch_sizes: list[int],
         probe: list[str],
         task: str = "classify",
-        dtype: object = None,
+        variant: str = "fp32",
     ):
         import torch
 
@@ -80,9 +83,11 @@ class Bare:
         from inference.pipeline import Pipeline
 
         torch.set_num_threads(threads)
-        self.encoder = Encoder()
-        if dtype is not None and dtype != torch.float32:
-            self.encoder.model = self.encoder.model.to(dtype)
+        if variant == "bf16-pure":
+            self.encoder = Encoder(precision="fp32")
+            self.encoder.model = self.encoder.model.to(torch.bfloat16)
+        else:
+            self.encoder = Encoder(precision=variant)
         self.pipeline = Pipeline(lambda task: self.encoder)
         self.labels, self.tasks = labels, [task]
         self.pipeline.run(probe[:64], self.tasks, labels)  # warm up
@@ -147,9 +152,12 @@ def run_fleet(
     naive_items: int,
     extra_env: dict[str, str],
     label: str,
+    labels: list[str] | None = None,
+    outputs: list | None = None,
 ) -> dict:
     """One `laneway worker cpu` (with `extra_env` beside the defaults) runs an N-item job;
-    then, with naive_items, one task per item. Returns the job's figures."""
+    then, with naive_items, one task per item. Returns the job's figures; `outputs`, when
+    given, receives every item's result in item order (read after the timing ends)."""
     import uuid
 
     from db.models import FINAL_JOB_STATUSES, Job
@@ -183,7 +191,7 @@ def run_fleet(
             session.expunge(account)
         items = [(f"b-{i}", text) for i, text in enumerate(texts)]
         started = time.perf_counter()
-        job = submit_job(account, items, tasks=[task], settings=settings)
+        job = submit_job(account, items, tasks=[task], labels=labels, settings=settings)
         while True:
             with session_scope(settings) as session:
                 row = session.get(Job, job.id)
@@ -211,6 +219,11 @@ def run_fleet(
             ][:1],
         }
         info["naive"] = run_naive(texts[:naive_items], [task], list(row.labels))
+        if outputs is not None:
+            from db.queries import iter_results
+
+            with session_scope(settings) as session:
+                outputs.extend(r.output for r in iter_results(session, job.id))
     finally:
         worker.terminate()  # `laneway worker` passes it on: Celery's warm shutdown
         try:
@@ -261,7 +274,7 @@ def main() -> None:
     parser.add_argument(
         "--precisions",
         default="",
-        help="bare-model precisions to run (fp32,bf16); default every one this CPU offers",
+        help="bare-model variants to run (fp32,bf16,bf16-pure); default every one this CPU offers",
     )
     parser.add_argument(
         "--tuned",
