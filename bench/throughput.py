@@ -220,10 +220,13 @@ def run_fleet(
         }
         info["naive"] = run_naive(texts[:naive_items], [task], list(row.labels))
         if outputs is not None:
-            from db.queries import iter_results
+            from sqlalchemy import select
+
+            from db.models import Result
 
             with session_scope(settings) as session:
-                outputs.extend(r.output for r in iter_results(session, job.id))
+                query = select(Result.output).where(Result.job_id == job.id).order_by(Result.idx)
+                outputs.extend(session.scalars(query))
     finally:
         worker.terminate()  # `laneway worker` passes it on: Celery's warm shutdown
         try:
