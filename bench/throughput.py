@@ -39,8 +39,6 @@ if not os.environ.get("LANEWAY_DATABASE_URL") and not os.environ.get("LANEWAY_HO
     os.environ["LANEWAY_HOME"] = tempfile.mkdtemp(prefix="laneway-bench-")
 
 BIN = Path(sys.executable).parent
-# The tolerance a reduced precision must keep against fp32 (issue 17).
-MIN_COSINE, MIN_LABEL_AGREEMENT, MAX_RATING_DIFF = 0.999, 0.99, 0.02
 
 
 def load_texts(n: int) -> list[str]:
@@ -117,6 +115,7 @@ def precision_check(reference: Bare, other: Bare, texts: list[str]) -> dict:
     """`other` against `reference` (fp32) on `texts`: embedding cosine, zero-shot label
     agreement, anchor ratings; `ok` when all three are within the tolerance."""
     from inference.pipeline import LABEL_TEMPLATE, anchor_ratings
+    from inference.precision import TOLERANCE
 
     prompts = [LABEL_TEMPLATE.format(x) for x in reference.labels]
     anchors = list(reference.pipeline.score_anchors)
@@ -137,10 +136,11 @@ def precision_check(reference: Bare, other: Bare, texts: list[str]) -> dict:
             max(abs(x - y) for x, y in zip(ratings_a, ratings_b, strict=True)), 4
         ),
     }
+    # The same tolerance every worker's start-up check applies (inference/precision.py).
     report["ok"] = (
-        report["cosine_min"] >= MIN_COSINE
-        and report["label_agreement"] >= MIN_LABEL_AGREEMENT
-        and report["rating_max_diff"] <= MAX_RATING_DIFF
+        report["cosine_min"] >= TOLERANCE.cosine
+        and report["label_agreement"] >= TOLERANCE.labels
+        and report["rating_max_diff"] <= TOLERANCE.rating
     )
     return report
 
