@@ -12,6 +12,7 @@ from pathlib import Path
 
 from laneway.fleet import ALWAYS, ON_DEMAND, Fleet
 from laneway.settings import INTERACTIVE_PREFIX, Settings
+from laneway.yielding import openmp_env
 
 log = logging.getLogger("laneway.fleet")
 
@@ -54,10 +55,8 @@ def worker_env(lane: str, settings: Settings) -> dict[str, str]:
     return {
         "LANEWAY_DEVICE": check_lane(model_lane, settings),
         "LANEWAY_GPU_FALLBACK": settings.gpu_fallback,
-        # Idle OpenMP threads sleep: a spinning one takes a core from the other workers.
-        # An operator's own choice wins (spinning helps fp32 batch work on a quiet host and
-        # hurts it on a contended one: docs/benchmarks.md).
-        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY") or "PASSIVE",
+        # Idle OpenMP threads spin briefly, then sleep (laneway/yielding.py).
+        **openmp_env(),
     }
 
 

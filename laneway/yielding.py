@@ -16,11 +16,31 @@ other pods) never wait for this one's traffic.
 
 from __future__ import annotations
 
+import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import redis
+
+# How long an idle OpenMP thread spins before it sleeps, in libgomp's spins (about 100,000
+# a millisecond): ~0.3 ms bridges the gaps between one forward's operations (sleeping
+# through each, OMP_WAIT_POLICY=PASSIVE, cost bf16 batch work 10-15 %: docs/benchmarks.md)
+# and is too short to burn a core that another process needs for long. libgomp's own
+# default spins ~3 ms, PASSIVE not at all.
+OPENMP_SPIN_COUNT = "30000"
+OPENMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+
+
+def openmp_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The OpenMP wait settings a worker runs with: a short spin, then sleep. An operator's
+    own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins (when both are set, libgomp obeys
+    GOMP_SPINCOUNT). Read by libgomp once, when torch loads it: set before that."""
+    environ = os.environ if environ is None else environ
+    own = {name: environ[name] for name in OPENMP_VARIABLES if environ.get(name)}
+    # PASSIVE too, for OpenMP runtimes that know no GOMP_SPINCOUNT (Intel's, LLVM's).
+    return own or {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": OPENMP_SPIN_COUNT}
+
 
 # How long a host counts as busy after its interactive worker's last request: longer than
 # the gaps between requests of a client waiting for each answer, short enough that the

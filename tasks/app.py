@@ -24,12 +24,13 @@ from kombu import Queue
 from laneway import tracing
 from laneway.logsafe import install_redaction
 from laneway.settings import GPU_QUEUES, INTERACTIVE_PREFIX, LANES, Settings, get_settings
+from laneway.yielding import openmp_env
 from tasks.backend import backend_url
 from tasks.base import visibility_timeout
 
-# Idle OpenMP threads sleep instead of spinning: on a shared CPU a spinning batch worker
+# Idle OpenMP threads spin briefly, then sleep: on a shared CPU a long-spinning batch worker
 # would take the cores an interactive request needs. Set before torch is imported.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.update(openmp_env())
 
 # Chord callbacks, the reconciler and alerts: short tasks that must not wait behind a lane's
 # backlog of chunks. `laneway worker cpu` consumes it beside `cpu`.

@@ -7,6 +7,7 @@ import sys
 import time
 
 from laneway.fleet import ALWAYS, ON_DEMAND, RESTARTS_ALLOWED, Fleet
+from laneway.yielding import OPENMP_SPIN_COUNT
 
 
 def program(code: str) -> list[str]:
@@ -143,9 +144,10 @@ def test_the_fleet_runs_an_interactive_worker_beside_the_batch_workers():
     assert "-Q interactive.cpu" in argv and "-P threads" in argv
     assert " cpu," not in argv and "-Q cpu" not in argv  # it never takes batch chunks
     assert "-Q cpu,maintenance" in " ".join(fleet.children["worker-cpu"].argv)
-    # Idle OpenMP threads sleep instead of spinning on a shared CPU.
-    assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "PASSIVE"
-    assert child.env["OMP_WAIT_POLICY"] == "PASSIVE"
+    # Idle OpenMP threads spin briefly (libgomp), then sleep, on a shared CPU.
+    for env in (worker_env("cpu", settings), child.env):
+        assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+        assert env["GOMP_SPINCOUNT"] == OPENMP_SPIN_COUNT
 
 
 def test_an_interactive_worker_for_each_lane_the_gpu_one_pinned_to_its_device():
@@ -234,7 +236,16 @@ def test_an_operators_own_openmp_wait_policy_wins(monkeypatch):
     from laneway.settings import Settings
 
     settings = Settings.from_env({})
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "ACTIVE"
+    env = worker_env("cpu", settings)
+    assert env["OMP_WAIT_POLICY"] == "ACTIVE" and "GOMP_SPINCOUNT" not in env
     monkeypatch.setenv("OMP_WAIT_POLICY", "")
-    assert worker_env("cpu", settings)["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert worker_env("cpu", settings)["GOMP_SPINCOUNT"] == OPENMP_SPIN_COUNT
+    # A spin count of the operator's own, alone or beside a policy, goes through as set.
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")
+    env = worker_env("cpu", settings)
+    assert env["GOMP_SPINCOUNT"] == "0" and "OMP_WAIT_POLICY" not in env
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    env = worker_env("cpu", settings)
+    assert (env["OMP_WAIT_POLICY"], env["GOMP_SPINCOUNT"]) == ("PASSIVE", "0")
