@@ -17,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -201,11 +203,49 @@ def cached_compute(
     labels: Sequence[str],
     texts: Sequence[str],
     compute: Callable[[Sequence[str]], Sequence[Any]],
+    store: Callable[..., None] | None = None,
 ) -> tuple[list[Any], int]:
     """Outputs for `texts`: cached ones from Redis, the rest from `compute` over the
     distinct missing texts (each once), stored back (an output that is not a dict, a
-    failure, is passed through uncached). Also returns how many texts were computed."""
+    failure, is passed through uncached) by `store` (`cache.put`'s arguments; default: at
+    once, `cache.put`). Also returns how many texts were computed."""
     plan = CachePlan.make(cache, tasks, labels, texts)
     computed = list(compute(plan.todo)) if plan.todo else []
-    cache.put(tasks, labels, plan.todo, computed)
+    (store or cache.put)(tasks, labels, plan.todo, computed)
     return plan.outputs(computed), len(computed)
+
+
+class StoreBeside:
+    """Cache entries kept back (`store` of `cached_compute`), then stored in a thread while
+    other work runs: a batch chunk's entries go to Redis while its results go to the
+    database (the thread mostly runs while that write waits on the database).
+
+        later = StoreBeside(cache)
+        outputs, _ = cached_compute(cache, ..., store=later)
+        with later.storing():
+            write_results(outputs)
+    """
+
+    def __init__(self, cache: ResultCache) -> None:
+        self.cache = cache
+        self.entries: list[tuple[Any, ...]] = []
+
+    def __call__(self, *entry: Any) -> None:
+        self.entries.append(entry)
+
+    def _store(self) -> None:
+        for entry in self.entries:
+            self.cache.put(*entry)
+
+    @contextmanager
+    def storing(self) -> Iterator[None]:
+        """The entries are stored by the time the block ends (a Redis error: a miss)."""
+        if not self.cache.enabled or not self.entries:
+            yield
+            return
+        thread = threading.Thread(target=self._store, name="cache-store", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            thread.join()

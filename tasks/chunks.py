@@ -34,7 +34,7 @@ from db.session import session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun
 from laneway import metrics, tracing
-from laneway.cache import CachePlan, ResultCache, cached_compute, process_cache
+from laneway.cache import CachePlan, ResultCache, StoreBeside, cached_compute, process_cache
 from laneway.faults import model_stage_check
 from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
@@ -336,11 +336,15 @@ def _runner(work: Work) -> TimedRun:
     return TimedRun(get_pipeline(), work.tasks, work.labels, model_stage_check(get_settings()))
 
 
-def _cached_run(work: Work) -> tuple[list[dict[str, Any]], StageTimes]:
+def _cached_run(
+    work: Work, store: StoreBeside | None = None
+) -> tuple[list[dict[str, Any]], StageTimes]:
     """All three stages over the chunk's texts that the result cache lacks (identical
-    texts once), storing what it computed; zero times when the cache had every text."""
+    texts once), storing what it computed (by `store`, when given; else at once); zero
+    times when the cache had every text."""
     run = _runner(work)
-    outputs, _ = cached_compute(work.cache(), work.tasks, work.labels, work.texts, run)
+    cache = work.cache()
+    outputs, _ = cached_compute(cache, work.tasks, work.labels, work.texts, run, store)
     return outputs, run.spent
 
 
@@ -354,9 +358,10 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     device = model_device(settings)
     started = time.perf_counter()
     watch = CancelWatch(work.job_id, share=True, step_aside=True)
+    later = StoreBeside(work.cache())
     try:
         with interruptible(watch):
-            outputs, times = _cached_run(work)
+            outputs, times = _cached_run(work, later)
     except Exception as exc:
         return _on_failure(self, work, exc, _runner(work), started, **_ran_on(device, work))
     finally:
@@ -365,15 +370,17 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     times.model = max(0.0, times.model - watch.paused)
     metrics.record_model(work.lane, times.model, times.batches)
     tracing.record_stages(times.as_dict())
-    return _finish(
-        work,
-        outputs,
-        None,
-        **_ran_on(device, work),
-        pre_seconds=times.pre,
-        model_seconds=times.model,
-        post_seconds=times.post,
-    )
+    # The result cache's entries go to Redis while the results go to the database.
+    with later.storing():
+        return _finish(
+            work,
+            outputs,
+            None,
+            **_ran_on(device, work),
+            pre_seconds=times.pre,
+            model_seconds=times.model,
+            post_seconds=times.post,
+        )
 
 
 def _log_sharing(chunk_id: int, watch: CancelWatch) -> None:
