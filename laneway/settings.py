@@ -8,6 +8,7 @@ LANEWAY_DATABASE_URL (Postgres, psycopg 3) and LANEWAY_REDIS_URL.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ FAULTS = ("poison", "stall")
 POISON_MARKER = "__laneway_poison__"
 STALL_MARKER = "__laneway_stall__"
 MIB = 1024 * 1024
+# The most seconds a web process may trust an API key it looked up (LANEWAY_AUTH_CACHE_SECONDS).
+AUTH_CACHE_MAX = 60.0
 
 
 @dataclass(frozen=True)
@@ -138,14 +141,18 @@ def _int(name: str, minimum: int = 0) -> Callable[[str], int]:
     return parse
 
 
-def _float(name: str, minimum: float = 0.0) -> Callable[[str], float]:
+def _float(name: str, minimum: float = 0.0, maximum: float = math.inf) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         try:
             value = float(raw)
         except ValueError:
             raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+        if math.isnan(value):
+            raise SettingsError(f"{name} must be a number, got {raw!r}")
         if value < minimum:
             raise SettingsError(f"{name} must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise SettingsError(f"{name} must be at most {maximum}, got {value}")
         return value
 
     return parse
@@ -452,6 +459,10 @@ class Settings:
     secure_cookies: bool = True
     # Seconds a web sign-in lasts, however active (webapp/sessions.py); sign-out ends it sooner.
     session_lifetime: int = 12 * 3600
+    # Seconds a web process trusts an API key it looked up (webapp/keycache.py): the bound on
+    # how long a revoked key or a changed account type goes on being honoured; 0: look up
+    # every request.
+    auth_cache_seconds: float = 2.0
     # The interactive path (issue 6): sync answers, the dynamic batcher, the result cache.
     sync_max_items: int = 32
     sync_timeout: float = 2.0
@@ -656,6 +667,10 @@ class Settings:
             "session_lifetime": (
                 "LANEWAY_SESSION_LIFETIME",
                 _int("LANEWAY_SESSION_LIFETIME", 60),
+            ),
+            "auth_cache_seconds": (
+                "LANEWAY_AUTH_CACHE_SECONDS",
+                _float("LANEWAY_AUTH_CACHE_SECONDS", maximum=AUTH_CACHE_MAX),
             ),
             "batch_nice": ("LANEWAY_BATCH_NICE", _nice("LANEWAY_BATCH_NICE")),
             "batch_yield_max": ("LANEWAY_BATCH_YIELD_MAX", _float("LANEWAY_BATCH_YIELD_MAX")),

@@ -27,11 +27,20 @@ from db.queries import (
 from db.session import session_factory
 from laneway.inputs import InputError, check_storable, parse_json_body
 from laneway.settings import ACCOUNT_TYPES, Settings
-from webapp.auth import app_settings, check_admin
+from webapp.auth import app_settings, check_admin, key_cache
 from webapp.errors import error_response
 
 admin = Blueprint("admin", __name__, url_prefix="/v1/admin")
 admin.before_request(check_admin)
+
+
+@admin.after_request
+def _forget_trusted_keys(response: Response) -> Response:
+    """A change to keys or accounts made through this process takes effect here at once;
+    the other web processes see it within LANEWAY_AUTH_CACHE_SECONDS (webapp/keycache.py)."""
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        key_cache().clear()
+    return response
 
 ACCOUNT_ID = "<int:account_id>"
 # Postgres integers: a larger id would fail in the database. (Not the converter's `max`:

@@ -19,6 +19,7 @@ from db.queries import is_live, live_key
 from db.session import session_factory
 from laneway.settings import Settings
 from webapp import sessions
+from webapp.keycache import KeyCache, KeyRow, key_row
 
 # Blueprints whose callers authenticate with `Authorization: Bearer <key>`.
 BEARER_BLUEPRINTS = ("api", "admin", "interactive", "openai")
@@ -50,9 +51,22 @@ def _load(find: Callable[[Any], ApiKey | None]) -> None:
             return
         account: Account = row.account
         db.expunge(account)
-        g.account, g.key_prefix = account, row.prefix
+        _identified(settings, account, row.prefix)
+
+
+def _identified(settings: Settings, account: Account, prefix: str) -> None:
+    g.account, g.key_prefix = account, prefix
     # The body is read later, in the view: hold it to the account type's upload limit.
     request.max_content_length = settings.limits_for(account.type).max_upload_bytes
+
+
+def key_cache() -> KeyCache:
+    """This web process's trusted API keys (webapp/keycache.py)."""
+    cache = current_app.extensions.get("laneway_keys")
+    if cache is None:
+        ttl = app_settings().auth_cache_seconds
+        cache = current_app.extensions.setdefault("laneway_keys", KeyCache(ttl))
+    return cache
 
 
 def _from_bearer() -> None:
@@ -61,7 +75,15 @@ def _from_bearer() -> None:
     if scheme.lower() != "bearer" or not key:
         return
     g.auth_problem = "the API key is not valid (unknown, revoked or mistyped)"
-    _load(lambda db: live_key(db, key))
+    settings = app_settings()
+
+    def look_up() -> KeyRow | None:
+        with session_factory(settings)() as db:
+            return key_row(live_key(db, key))
+
+    found = key_cache().find(key, look_up)
+    if found is not None:
+        _identified(settings, *found)
 
 
 def _from_session() -> None:

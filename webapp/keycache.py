@@ -1,0 +1,98 @@
+"""API keys a web process has looked up, trusted for LANEWAY_AUTH_CACHE_SECONDS.
+
+Looking a bearer key up in Postgres (the key row, then its account) was a quarter of a web
+process's CPU per interactive request (docs/benchmarks.md). A process keeps what it found
+for a few seconds: the key's hash (never the key), its prefix, its revocation moment and
+the account's columns. Each request gets an account object of its own, made from that copy,
+and the key's liveness is judged again at every request (a rotation's future revocation
+moment takes effect on time). A change in Postgres (a revoked key, a new account type)
+reaches the process within the TTL: that is the bound the docs state. A key that was not
+found is never kept: a new key works at once, and a wrong one always costs a look-up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from db.models import Account, ApiKey
+from db.queries import hash_key, is_live
+
+# Keys kept per process at most; the oldest goes first.
+MAX_KEYS = 10_000
+ACCOUNT_COLUMNS = tuple(c.key for c in Account.__table__.columns)
+# What a look-up yields: the key's prefix, its revocation moment, the account's columns.
+KeyRow = tuple[str, "datetime | None", dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class KnownKey:
+    prefix: str
+    revoked_at: datetime | None
+    account: dict[str, Any]
+    until: float  # monotonic time the copy is trusted until
+
+    def live(self) -> bool:
+        return is_live(self)  # type: ignore[arg-type] - it reads revoked_at alone
+
+
+class KeyCache:
+    """Per web process: key hash -> KnownKey, for `ttl` seconds (0: off)."""
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self.clock = clock
+        self._known: OrderedDict[str, KnownKey] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def find(self, key: str, look_up: Callable[[], KeyRow | None]) -> tuple[Account, str] | None:
+        """The key's account (an object of this request's own) and prefix, or None when the
+        key is not live; `look_up` reads the live key from Postgres (`key_row`) when no
+        trusted copy is at hand."""
+        digest = hash_key(key)
+        now = self.clock()
+        with self._lock:
+            known = self._known.get(digest) if self.ttl > 0 else None
+        if known is None or known.until <= now:
+            found = look_up()
+            if found is None:
+                with self._lock:
+                    self._known.pop(digest, None)
+                return None
+            known = KnownKey(*found, until=now + self.ttl)
+            if self.ttl <= 0:
+                return _account(known.account), known.prefix
+            with self._lock:
+                self._known[digest] = known
+                self._known.move_to_end(digest)
+                while len(self._known) > MAX_KEYS:
+                    self._known.popitem(last=False)
+        if not known.live():
+            return None
+        return _account(known.account), known.prefix
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
+
+    def __len__(self) -> int:
+        return len(self._known)
+
+
+def key_row(row: ApiKey | None) -> KeyRow | None:
+    """What the cache keeps of a live key row (read inside its session): prefix, revocation
+    moment, the account's columns."""
+    if row is None:
+        return None
+    account = row.account
+    return row.prefix, row.revoked_at, {name: getattr(account, name) for name in ACCOUNT_COLUMNS}
+
+
+def _account(columns: dict[str, Any]) -> Account:
+    """A detached account of the request's own: nothing a view does to it reaches another."""
+    return Account(**columns)
