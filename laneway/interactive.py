@@ -166,6 +166,10 @@ def send_message(
         queue=f"interactive.{lane}",
         expires=expires,
         ignore_result=True,
+        # What Flower and the worker's log show of the message: how many requests, never
+        # their texts (customers' data), and no saferepr of every text on each send.
+        argsrepr=f"({len(requests)} interactive requests)",
+        kwargsrepr="{}",
     )
 
 
