@@ -228,22 +228,23 @@ class LaneChooser:
             self.live, self.read_at = False, None
 
 
-_choosers: dict[int, LaneChooser] = {}
+_choosers: dict[tuple[int, str], LaneChooser] = {}
 
 
 def chooser(settings: Settings) -> LaneChooser:
-    """This process's lane chooser."""
-    pid = os.getpid()
+    """This process's lane chooser for the worker registry `settings` name (an app made with
+    other settings in the same process, a test's above all, never reads another's)."""
+    key = (os.getpid(), settings.database_url)
     with _clients_lock:
-        if pid not in _choosers:
+        if key not in _choosers:
 
             def served_since(since: datetime) -> bool:
                 from tasks.scaling import alive_workers
 
                 return bool(alive_workers(settings, "interactive.gpu", since))
 
-            _choosers[pid] = LaneChooser(served_since, settings.worker_dead_after)
-        return _choosers[pid]
+            _choosers[key] = LaneChooser(served_since, settings.worker_dead_after)
+        return _choosers[key]
 
 
 def lane_for(settings: Settings) -> str:
