@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
@@ -60,6 +61,36 @@ def session_factory(settings: Settings | None = None) -> sessionmaker[Session]:
 
 @contextmanager
 def session_scope(settings: Settings | None = None) -> Iterator[Session]:
-    """A session whose transaction commits on success and rolls back on error."""
+    """A session whose transaction commits on success and rolls back on error; what was
+    handed to `after_commit` runs once the commit has succeeded."""
     with session_factory(settings).begin() as session:
         yield session
+
+
+# Where a session keeps the callbacks its commit runs (Session.info, one dict per session).
+AFTER_COMMIT = "laneway.after_commit"
+
+
+def after_commit(session: Session, callback: Callable[[], Any]) -> None:
+    """Run `callback` once this session's transaction has committed, never if it rolls
+    back or its commit fails: a task is sent only after the rows it reads are there
+    (pypi/warehouse's `addAfterCommitHook`). Callbacks run in order, in the committing
+    thread, outside any transaction (they may open sessions of their own, not use this
+    one); one that raises stops the ones after it and reaches the caller of commit."""
+    if not session.in_transaction():
+        session.begin()  # the callback belongs to a transaction: this one, from now
+    session.info.setdefault(AFTER_COMMIT, []).append(callback)
+
+
+@event.listens_for(Session, "after_commit")
+def _run_after_commit(session: Session) -> None:
+    for callback in session.info.pop(AFTER_COMMIT, ()):
+        callback()
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _drop_after_commit(session: Session, previous_transaction: Any) -> None:
+    # Every rollback of the session's own transaction (also one with nothing begun in the
+    # database); a savepoint's rollback leaves the outer transaction's callbacks alone.
+    if not previous_transaction.nested:
+        session.info.pop(AFTER_COMMIT, None)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from db.models import Account, Job
 from db.queries import ChunkRef, DuplicateItem, chunk_refs, create_job, stage_items
-from db.session import session_factory
+from db.session import after_commit, session_factory
 from laneway.inputs import InputError, ItemStream, item_stream
 from laneway.planner import Prices, Routing, plan_chunks, route
 from laneway.settings import TASKS, ModelSpec, Settings, get_settings
@@ -151,8 +151,8 @@ def submit_job(
         job, chunks = store_job(
             session, account, items, tasks=tasks, labels=labels, source=source, settings=settings
         )
+        after_commit(session, lambda: send_job(job, chunks))
         session.commit()
-    send_job(job, chunks)
     return job
 
 

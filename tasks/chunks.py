@@ -30,7 +30,7 @@ from sqlalchemy import update
 
 from db.models import FINISHED_CHUNK_STATES, OPEN_CHUNK_STATES, Chunk, Job
 from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
-from db.session import session_scope
+from db.session import after_commit, session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun
 from laneway import metrics, tracing
@@ -126,8 +126,8 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
             )
             tracing.set_attributes(job=job.id, chunk=chunk.id, items=len(items), lane=chunk.queue)
         job_id = job.id
-    if halves:
-        send_chunks(halves)
+        if halves:
+            after_commit(session, lambda: send_chunks(halves))
     if cancelled or (not halves and work is None):
         settle(job_id)
     return work

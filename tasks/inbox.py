@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 
 from db.models import FINAL_JOB_STATUSES, InboxFile, Job
 from db.queries import utcnow
-from db.session import session_scope
+from db.session import after_commit, session_scope
 from laneway.inbox import scan_inbox
 from laneway.outbox import notify_webhook, write_outbox
 from laneway.safefs import Refused
@@ -80,10 +80,14 @@ def send_outbox(job_ids: Iterable[str]) -> list[str]:
             .values(outbox_sent_at=utcnow())
             .returning(InboxFile.job_id)
         ).all()
-    with fire_and_forget():
-        for job_id in sent:
-            write_outbox_task.delay(str(job_id))
+        after_commit(session, lambda: _send_writers(sent))
     return [str(j) for j in sent]
+
+
+def _send_writers(job_ids: Iterable[uuid.UUID]) -> None:
+    with fire_and_forget():
+        for job_id in job_ids:
+            write_outbox_task.delay(str(job_id))
 
 
 def resend_lost_outbox() -> list[str]:

@@ -11,6 +11,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import redis
@@ -33,7 +34,7 @@ from db.queries import (
     upsert_results,
     utcnow,
 )
-from db.session import session_scope
+from db.session import after_commit, session_scope
 from laneway import metrics
 from laneway.isolate import Failure
 from laneway.redis_conn import redis_client
@@ -79,19 +80,20 @@ def settle(job_id: uuid.UUID, settings: Settings | None = None) -> str | None:
     outbox writer, alert on a failure and let held jobs into the capacity it freed.
     Returns the final status, once."""
     settings = settings or get_settings()
+    from tasks.inbox import send_outbox
+
     with session_scope(settings) as session:
         status = finalize_job(session, job_id, settings.cpu_price, settings.gpu_price)
         if status is not None:
             lane, created, finished, cost = session.execute(
                 select(Job.lane, Job.created_at, Job.finished_at, Job.cost).where(Job.id == job_id)
             ).one()
+            # An inbox job's results go to the outbox.
+            after_commit(session, lambda: send_outbox([str(job_id)]))
     if status is None:
         return None
     seconds = (aware(finished) - aware(created)).total_seconds() if finished else None
     metrics.record_job(lane, status, seconds, (cost or {}).get("total"))
-    from tasks.inbox import send_outbox
-
-    send_outbox([str(job_id)])  # an inbox job's results go to the outbox
     if status == "failed":
         raise_alert("job_failed", f"Laneway: job {job_id} failed: none of its items succeeded")
     release_held_jobs(settings)
@@ -261,7 +263,6 @@ def retry_dead_letters(
         query = query.where(DeadLetter.job_id == job_id)
     if letter_ids is not None:
         query = query.where(DeadLetter.id.in_(list(letter_ids)))
-    to_send: list[tuple[str, str, list[Chunk]]] = []
     result = Retried({}, 0, {})
     with session_scope(settings) as session:
         letters = session.scalars(
@@ -305,9 +306,7 @@ def retry_dead_letters(
             record_event(session, jid, "retried", {"letters": len(group), "items": len(ordered)})
             result.jobs[str(jid)] = len(ordered)
             result.letters += len(group)
-            to_send.append((str(jid), job.lane, chunks))
-    for jid, lane, chunks in to_send:
-        dispatch_job(jid, lane, chunks)
+            after_commit(session, partial(dispatch_job, str(jid), job.lane, chunks))
     return result
 
 
@@ -356,7 +355,7 @@ def retry_after(settings: Settings) -> int:
 def release_held_jobs(settings: Settings | None = None) -> list[str]:
     """Send held jobs, oldest first, while their lane has room under its limit."""
     settings = settings or get_settings()
-    released: list[tuple[str, str, list[Chunk]]] = []
+    released: list[str] = []
     r = redis_client(settings)
     for lane in LANES:
         limit = settings.lane_limit(lane)
@@ -389,7 +388,6 @@ def release_held_jobs(settings: Settings | None = None) -> list[str]:
                 job.status = "queued"
                 record_event(session, job.id, "released", {"depth": depth})
                 depth += len(chunks)
-                released.append((str(job.id), lane, chunks))
-    for job_id, lane, chunks in released:
-        dispatch_job(job_id, lane, chunks)
-    return [job_id for job_id, _, _ in released]
+                released.append(str(job.id))
+                after_commit(session, partial(dispatch_job, str(job.id), lane, chunks))
+    return released

@@ -19,7 +19,7 @@ from sqlalchemy import and_, exists, or_, select, update
 
 from db.models import Chunk, Job, Worker
 from db.queries import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
-from db.session import session_scope
+from db.session import after_commit, session_scope
 from laneway.fleet_metrics import mark
 from laneway.redis_conn import redis_client
 from laneway.settings import LANES, Settings, get_settings
@@ -146,7 +146,7 @@ def recover_chunks(
             chunk.task_id, chunk.queued_at, chunk.last_error = str(uuid.uuid4()), now, reason
             to_send.append((chunk, lane))
             outcome["redispatched"].append(chunk.id)
-    send_chunks(to_send)  # after the commit, as every dispatch is
+        after_commit(session, lambda: send_chunks(to_send))
     for job_id in settle_jobs:
         settle(job_id, settings)
     return outcome
