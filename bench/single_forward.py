@@ -8,11 +8,16 @@ of many under load. Prints each precision's per-forward latency and per-text bat
 import csv
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["HF_HUB_OFFLINE"] = "1"
-# As the workers run (laneway/yielding.py: openmp_env); set before torch loads libgomp.
-os.environ.setdefault("GOMP_SPINCOUNT", "30000")
+from laneway.yielding import openmp_env  # noqa: E402
+
+# The OpenMP wait settings the workers run with; libgomp reads them when torch loads it.
+os.environ.update(openmp_env())
 import torch  # noqa: E402
 
 from inference import Encoder  # noqa: E402

@@ -343,7 +343,7 @@ def _cached_run(
     texts once), storing what it computed (by `store`, when given; else at once); zero
     times when the cache had every text."""
     run = _runner(work)
-    cache = work.cache()
+    cache = store.cache if store is not None else work.cache()
     outputs, _ = cached_compute(cache, work.tasks, work.labels, work.texts, run, store)
     return outputs, run.spent
 

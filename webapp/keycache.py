@@ -57,7 +57,7 @@ class KeyCache:
         digest = hash_key(key)
         now = self.clock()
         with self._lock:
-            known = self._known.get(digest) if self.ttl > 0 else None
+            known = self._known.get(digest)
         if known is None or known.until <= now:
             found = look_up()
             if found is None:
@@ -65,13 +65,12 @@ class KeyCache:
                     self._known.pop(digest, None)
                 return None
             known = KnownKey(*found, until=now + self.ttl)
-            if self.ttl <= 0:
-                return _account(known.account), known.prefix
-            with self._lock:
-                self._known[digest] = known
-                self._known.move_to_end(digest)
-                while len(self._known) > MAX_KEYS:
-                    self._known.popitem(last=False)
+            if self.ttl > 0:
+                with self._lock:
+                    self._known[digest] = known
+                    self._known.move_to_end(digest)
+                    while len(self._known) > MAX_KEYS:
+                        self._known.popitem(last=False)
         if not known.live():
             return None
         return _account(known.account), known.prefix
