@@ -2,7 +2,7 @@
 
 Generates (streaming, never in memory) a CSV or JSONL file of N lines and of N/10 lines in
 a temporary folder, then ingests each in a fresh child process the way an inbox scan does
-(`laneway.inbox.store_file`: read, gunzip, hash, check each line, COPY into the database,
+(`jobs.inbox.store_file`: read, gunzip, hash, check each line, COPY into the database,
 length order and duplicate check in SQL, chunks, one commit). Reports items/s and the
 child's peak resident memory (VmHWM) above its baseline after imports, for both sizes: the
 peak must not grow with the file. `--dispatch` also times sending the job's chord.
@@ -64,7 +64,7 @@ def ingest_one(path: Path, dispatch: bool) -> dict:
     from db.models import Job
     from db.queries import create_account
     from db.session import session_scope
-    from laneway.inbox import store_file
+    from jobs.inbox import store_file
     from laneway.settings import get_settings
 
     settings = get_settings()
@@ -73,7 +73,7 @@ def ingest_one(path: Path, dispatch: bool) -> dict:
         account, _ = create_account(session, f"bench-{uuid.uuid4().hex[:8]}", "enterprise")
         session.expunge(account)
     if dispatch:
-        from tasks.dispatch import dispatch_job  # imports the model code: before the baseline
+        from laneway.dispatch import dispatch_job  # imports the model code: before the baseline
 
     baseline = vm_kib("VmRSS")
     started = time.perf_counter()

@@ -174,7 +174,7 @@ def main() -> None:
     from db.models import Chunk, Job
     from db.queries import create_account
     from db.session import session_scope
-    from laneway.jobs import submit_job
+    from jobs.submit import submit_job
     from laneway.settings import get_settings
     from tasks import app
 
@@ -275,7 +275,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         try:
-            from tasks.lifecycle import cancel_job
+            from jobs.lifecycle import cancel_job
 
             if "batch_job" in report:
                 cancel_job(uuid.UUID(report["batch_job"]["id"]), settings)

@@ -114,8 +114,8 @@ class Bare:
 def precision_check(reference: Bare, other: Bare, texts: list[str]) -> dict:
     """`other` against `reference` (fp32) on `texts`: embedding cosine, zero-shot label
     agreement, anchor ratings; `ok` when all three are within the tolerance."""
+    from inference.accuracy import TOLERANCE
     from inference.pipeline import LABEL_TEMPLATE, anchor_ratings
-    from inference.precision import TOLERANCE
 
     prompts = [LABEL_TEMPLATE.format(x) for x in reference.labels]
     anchors = list(reference.pipeline.score_anchors)
@@ -163,7 +163,7 @@ def run_fleet(
     from db.models import FINAL_JOB_STATUSES, Job
     from db.queries import create_account
     from db.session import session_scope
-    from laneway.jobs import submit_job
+    from jobs.submit import submit_job
     from laneway.settings import get_settings
     from tasks import app
 

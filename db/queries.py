@@ -39,6 +39,7 @@ from db.models import (
     JobEvent,
     JobItem,
     Result,
+    Worker,
 )
 
 # A job is settled, and may be finalized, once none of its chunks is in these states.
@@ -352,6 +353,20 @@ def create_job(
 def first_stage(lane: str) -> str:
     """cpu chunks run in one task; gpu chunks start with pre-processing on a cpu worker."""
     return "run" if lane == "cpu" else "prep"
+
+
+def alive_workers(
+    session: Session, dead_after: float, lane: str | None = None, since: datetime | None = None
+) -> list[Worker]:
+    """Worker processes that beat within `dead_after` seconds (or since `since`) and did
+    not stop, by host and start; with `lane`, those consuming that queue."""
+    since = since or utcnow() - timedelta(seconds=dead_after)
+    rows = session.scalars(
+        select(Worker)
+        .where(Worker.stopped_at.is_(None), Worker.last_seen_at >= since)
+        .order_by(Worker.hostname, Worker.started_at)
+    ).all()
+    return [w for w in rows if lane is None or lane in w.queues]
 
 
 def record_event(

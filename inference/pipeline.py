@@ -17,7 +17,10 @@ import torch
 
 from inference.batching import Prepared
 from inference.encoder import Encoder
+from inference.ner import TokenClassifier
+from inference.patterns import extract_patterns
 from inference.precision import runtime_label
+from inference.seqcls import SequenceClassifier
 from inference.text import clean, limit
 
 # Characters kept per text before tokenization: a bound on tokenizer work for huge inputs,
@@ -203,10 +206,6 @@ class Pipeline:
         self, staged: Staged, texts: Sequence[str], labels: Sequence[str] = ()
     ) -> list[dict[str, Any]]:
         """CPU: scores, ratings, entities, vectors, formatted per text."""
-        from inference.ner import TokenClassifier
-        from inference.patterns import extract_patterns
-        from inference.seqcls import SequenceClassifier
-
         models, keys = self._models(staged.tasks)
         outputs: list[dict[str, Any]] = [{} for _ in texts]
         for task, model in models.items():

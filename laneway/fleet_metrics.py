@@ -1,4 +1,5 @@
-"""What the alert rules need beyond the processes' own counters, read at scrape time.
+"""What the alert rules need beyond the processes' own counters: the marks beat and the
+reconciler leave in Redis, and the thresholds (the rest is read by webapp/metrics.py).
 
 A process's counters reach /metrics only through a shared metrics folder (one machine, or
 compose's shared home volume); a Kubernetes web pod never sees the workers'. The fleet's
@@ -12,10 +13,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from pathlib import Path
 
 import redis
-from sqlalchemy.exc import SQLAlchemyError
 
 # From laneway.metrics, which picks the multiprocess folder before prometheus_client loads.
 from laneway.metrics import GaugeMetricFamily
@@ -23,6 +23,16 @@ from laneway.redis_conn import redis_client
 from laneway.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# Beat's scheduler (tasks/beat.py) ticks at least this often and touches its heartbeat file
+# on every tick; a heartbeat older than BEAT_MAX_AGE means its loop has stopped.
+BEAT_TICK_SECONDS = 15
+BEAT_MAX_AGE = 4 * BEAT_TICK_SECONDS
+
+
+def beat_heartbeat(settings: Settings) -> Path:
+    return settings.home / "beat-heartbeat"
+
 
 # What `mark` records, and the gauge each becomes.
 MARKS = {
@@ -78,54 +88,3 @@ def setting_families(settings: Settings) -> list[GaugeMetricFamily]:
             value=settings.reconcile_interval,
         ),
     ]
-
-
-def database_families(settings: Settings, queues: tuple[str, ...]) -> list[GaugeMetricFamily]:
-    """Live worker processes by queue (0 for a queue none consumes) and open dead letters."""
-    from sqlalchemy import func, select
-
-    from db.models import DeadLetter
-    from db.session import session_scope
-    from tasks.scaling import alive_workers
-
-    workers = GaugeMetricFamily(
-        "laneway_workers_alive",
-        "Worker processes beating now, by queue they consume",
-        labels=["queue"],
-    )
-    counts = dict.fromkeys(queues, 0)
-    for worker in alive_workers(settings):
-        for queue in worker.queues:
-            counts[queue] = counts.get(queue, 0) + 1
-    for queue, n in counts.items():
-        workers.add_metric([queue], n)
-    with session_scope(settings) as session:
-        open_letters = session.scalar(
-            select(func.count()).select_from(DeadLetter).where(DeadLetter.retried_at.is_(None))
-        )
-    letters = GaugeMetricFamily(
-        "laneway_dead_letters_open",
-        "Dead letters not sent back (laneway dlq list)",
-        value=open_letters or 0,
-    )
-    return [workers, letters]
-
-
-class FleetCollector:
-    """The families above at each scrape. Without Postgres the workers and dead letters
-    are left out (and logged) rather than the whole scrape failing."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        from tasks.app import QUEUES
-
-        yield from setting_families(self.settings)
-        yield from mark_families(redis_client(self.settings))
-        try:
-            families = database_families(self.settings, QUEUES)
-        except SQLAlchemyError as exc:
-            log.warning("/metrics without the database's figures: %s", type(exc).__name__)
-            return
-        yield from families

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from laneway.broker import queue_depths
 from laneway.settings import Settings, get_settings
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -47,10 +48,8 @@ def _choose_dir() -> Path | None:
 DIR = _choose_dir()
 
 from prometheus_client import (  # noqa: E402 - after the environment is set
-    CollectorRegistry,
     Counter,
     Histogram,
-    generate_latest,
     values,
 )
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
@@ -150,11 +149,7 @@ class QueueCollector:
         self.settings = settings
 
     def collect(self) -> Iterator[Any]:
-        from laneway.redis_conn import redis_client
-        from tasks.app import QUEUES
-        from tasks.broker import lane_depths
-
-        yield from queue_families(lane_depths(redis_client(self.settings), QUEUES))
+        yield from queue_families(queue_depths(self.settings))
 
 
 def _alive(pid: int) -> bool:
@@ -194,7 +189,7 @@ class FolderCollector(MultiProcessCollector):
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     with open(path / ".lock", "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -228,19 +223,3 @@ def compact(path: Path, alive=_alive, host: str = HOST) -> list[Path]:  # noqa: 
         for archive in archives.values():
             archive.close()
     return removed
-
-
-def exposition(settings: Settings) -> bytes:
-    """The text a Prometheus scrape gets: every process's metrics on this machine, the
-    queues' depth and the fleet's health (laneway/fleet_metrics.py)."""
-    from laneway.fleet_metrics import FleetCollector
-
-    registry = CollectorRegistry()
-    registry.register(QueueCollector(settings))
-    registry.register(FleetCollector(settings))
-    if DIR is None:
-        return generate_latest(registry)
-    FolderCollector(registry, path=str(DIR))
-    with _locked(DIR):
-        compact(DIR)
-        return generate_latest(registry)

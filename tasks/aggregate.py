@@ -7,9 +7,9 @@ from typing import Any
 
 from celery import shared_task
 
+from jobs.lifecycle import settle
 from laneway import tracing
-from tasks.base import LanewayTask
-from tasks.lifecycle import settle
+from laneway.celery_app import LanewayTask
 
 
 @shared_task(name="laneway.aggregate_job", base=LanewayTask)

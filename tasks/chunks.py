@@ -33,16 +33,7 @@ from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import after_commit, session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun
-from laneway import metrics, tracing
-from laneway.cache import CachePlan, ResultCache, StoreBeside, cached_compute, process_cache
-from laneway.faults import model_stage_check
-from laneway.isolate import Failure, isolate
-from laneway.redis_conn import redis_client
-from laneway.settings import get_settings
-from laneway.yielding import CoreShare, StepAside, busy_key
-from tasks.base import TRANSIENT_ERRORS, LanewayTask
-from tasks.dispatch import send_chunks
-from tasks.lifecycle import (
+from jobs.lifecycle import (
     attempt_limit,
     cancel_key,
     dead_letter_alert,
@@ -50,6 +41,14 @@ from tasks.lifecycle import (
     record_dead_letters,
     settle,
 )
+from laneway import metrics, tracing
+from laneway.cache import CachePlan, ResultCache, StoreBeside, cached_compute, process_cache
+from laneway.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
+from laneway.dispatch import send_chunks
+from laneway.faults import model_stage_check
+from laneway.isolate import Failure, isolate
+from laneway.redis_conn import redis_client
+from laneway.yielding import CoreShare, StepAside, busy_key
 from workers.devices import model_device
 from workers.model_host import get_pipeline
 from workers.registry import instance_id
@@ -74,7 +73,7 @@ class Work:
 
     def cache(self) -> ResultCache:
         """The result cache as the job's account may use it."""
-        return process_cache(get_settings()).scoped(self.account_id)
+        return process_cache(app_settings()).scoped(self.account_id)
 
     @property
     def texts(self) -> list[str]:
@@ -88,7 +87,7 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
     stale message), or its job is being cancelled. A chunk started too often (its workers
     keep dying on it) is split instead of run again.
     """
-    settings = get_settings()
+    settings = app_settings()
     work: Work | None = None
     halves: list[tuple[Chunk, str]] = []
     cancelled = False
@@ -226,7 +225,7 @@ class CancelWatch:
         self.job_id = job_id
         self.db_every = db_every
         self.key = cancel_key(job_id)
-        settings = get_settings()
+        settings = app_settings()
         self.redis = redis_client(settings)
         self.next_db = time.monotonic() + db_every
         self.busy_key = busy_key()
@@ -288,7 +287,7 @@ def _on_failure(
     if isinstance(exc, SoftTimeLimitExceeded):
         failure = Failure("the chunk exceeded its time limit (LANEWAY_CHUNK_TIMEOUT)", "")
         return _finish(work, [None] * len(work.items), [failure] * len(work.items), **fields)
-    settings = get_settings()
+    settings = app_settings()
     retries = task.request.retries
     if retries < settings.chunk_retries:
         log.warning("chunk %s failed (%s); retry %s", work.chunk_id, exc, retries + 1)
@@ -333,7 +332,7 @@ def _ran_on(device: str, work: Work) -> dict[str, Any]:
 
 def _runner(work: Work) -> TimedRun:
     """All three stages over some of the chunk's texts, with the faults a test injects."""
-    return TimedRun(get_pipeline(), work.tasks, work.labels, model_stage_check(get_settings()))
+    return TimedRun(get_pipeline(), work.tasks, work.labels, model_stage_check(app_settings()))
 
 
 def _cached_run(
@@ -354,7 +353,7 @@ def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     work = _claim(self, chunk_id, "run")
     if work is None:
         return {"chunk": chunk_id, "skipped": True}
-    settings = get_settings()
+    settings = app_settings()
     device = model_device(settings)
     started = time.perf_counter()
     watch = CancelWatch(work.job_id, share=True, step_aside=True)
@@ -418,7 +417,7 @@ def prep_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
         return _on_failure(self, work, exc, _runner(work), started)
     blob = staged.to_bytes("prepared")
     # Both in one transaction: the tokens cover exactly the plan's texts to compute.
-    pipe = redis_client(get_settings()).pipeline(transaction=True)
+    pipe = redis_client(app_settings()).pipeline(transaction=True)
     pipe.set(_key(chunk_id, "prepared"), blob, ex=HANDOFF_TTL)
     pipe.set(_key(chunk_id, "plan"), plan.to_json(), ex=HANDOFF_TTL)
     pipe.execute()
@@ -434,7 +433,7 @@ def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     work = _claim(self, chunk_id, "model")
     if work is None:
         return {"chunk": chunk_id, "skipped": True}
-    settings = get_settings()
+    settings = app_settings()
     pipeline, r = get_pipeline(), redis_client(settings)
     device = model_device(settings)
     started = time.perf_counter()
@@ -471,7 +470,7 @@ def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
     work = _claim(self, chunk_id, "post")
     if work is None:
         return {"chunk": chunk_id, "skipped": True}
-    pipeline, r = get_pipeline(), redis_client(get_settings())
+    pipeline, r = get_pipeline(), redis_client(app_settings())
     started = time.perf_counter()
     try:
         keys = [_key(chunk_id, part) for part in ("prepared", "raw", "plan")]

@@ -20,16 +20,15 @@ from sqlalchemy import and_, exists, or_, select, update
 from db.models import Chunk, Job, Worker
 from db.queries import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
 from db.session import after_commit, session_scope
+from jobs.lifecycle import attempt_limit, exhaust_chunk, release_held_jobs, settle
+from jobs.outbox import resend_lost_outbox
+from laneway.alerts import raise_alert
+from laneway.broker import lane_depths, snapshot
+from laneway.celery_app import QUEUES, LanewayTask, app_settings
+from laneway.dispatch import chunk_task_ids, send_chunks
 from laneway.fleet_metrics import mark
 from laneway.redis_conn import redis_client
-from laneway.settings import LANES, Settings, get_settings
-from tasks.alerts import raise_alert
-from tasks.app import QUEUES
-from tasks.base import LanewayTask
-from tasks.broker import lane_depths, snapshot
-from tasks.dispatch import chunk_task_ids, send_chunks
-from tasks.inbox import resend_lost_outbox
-from tasks.lifecycle import attempt_limit, exhaust_chunk, release_held_jobs, settle
+from laneway.settings import LANES, Settings
 from workers.registry import HEARTBEAT_LOST
 
 log = logging.getLogger(__name__)
@@ -80,10 +79,10 @@ def recover_chunks(
     - `running` on a worker instance that stopped beating: the worker died with it.
     - `running` on a live worker past its hard time limit with no message left: its task
       ended without recording an outcome.
-    A chunk that has been started too often is split (tasks.lifecycle.exhaust_chunk); a
+    A chunk that has been started too often is split (jobs.lifecycle.exhaust_chunk); a
     chunk of a job being cancelled is cancelled instead.
     """
-    settings = settings or get_settings()
+    settings = settings or app_settings()
     now = utcnow()
     alive = live_workers(settings)
     outcome: dict[str, list[int]] = {"redispatched": [], "split": [], "cancelled": []}
@@ -155,7 +154,7 @@ def recover_chunks(
 def finalize_orphaned_jobs(settings: Settings | None = None) -> list[str]:
     """Finalize jobs whose chunks have all ended but which nobody finalized (their chord
     callback was lost with Redis, or their last chunk was a re-sent one)."""
-    settings = settings or get_settings()
+    settings = settings or app_settings()
     unsettled = exists().where(Chunk.job_id == Job.id, Chunk.state.in_(UNSETTLED_CHUNK_STATES))
     with session_scope(settings) as session:
         ids = session.scalars(
@@ -166,7 +165,7 @@ def finalize_orphaned_jobs(settings: Settings | None = None) -> list[str]:
 
 def depth_alerts(settings: Settings | None = None) -> dict[str, int]:
     """Each lane's depth; alert for those above LANEWAY_ALERT_DEPTH."""
-    settings = settings or get_settings()
+    settings = settings or app_settings()
     r = redis_client(settings)
     depths = {lane: found["depth"] for lane, found in lane_depths(r, LANES).items()}
     for lane, depth in depths.items():
@@ -183,7 +182,7 @@ def depth_alerts(settings: Settings | None = None) -> dict[str, int]:
 @shared_task(name="laneway.reconcile", base=LanewayTask)
 def reconcile(emptied_at: float | None = None) -> dict[str, Any]:
     """One pass; `emptied_at` (a Unix time) when beat sent it because Redis came back empty."""
-    settings = get_settings()
+    settings = app_settings()
     dead = mark_dead_workers(settings)
     emptied = None if emptied_at is None else datetime.fromtimestamp(emptied_at, UTC)
     chunks = recover_chunks(settings, emptied)
@@ -193,7 +192,7 @@ def reconcile(emptied_at: float | None = None) -> dict[str, Any]:
         "finalized": finalize_orphaned_jobs(settings),
         "released": release_held_jobs(settings),
         "depth": depth_alerts(settings),
-        "outbox": resend_lost_outbox(),
+        "outbox": resend_lost_outbox(settings),
     }
     mark("reconcile", settings)  # a whole pass: the stalled-reconciler alert reads it
     return outcome

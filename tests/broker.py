@@ -13,8 +13,8 @@ from sqlalchemy import update
 from db.models import FINAL_JOB_STATUSES, Chunk, Job
 from db.queries import UNSETTLED_CHUNK_STATES, utcnow
 from db.session import session_scope
-from tasks.app import QUEUES
-from tasks.broker import UNACKED, UNACKED_INDEX, queue_keys
+from laneway.broker import UNACKED, UNACKED_INDEX, queue_keys
+from laneway.celery_app import QUEUES
 
 
 def empty_queues(settings, unacked: bool = False) -> None:

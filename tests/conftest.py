@@ -98,6 +98,29 @@ def settings():
     return Settings.from_env()
 
 
+@pytest.fixture(autouse=True)
+def _celery_default_app() -> Iterator[None]:
+    """Each test leaves the process's default Celery app as it found it: a test that
+    builds one from its own settings (create_app, make_celery) sets it as the default,
+    and tasks run in this process read the settings of the default app."""
+    from celery import _state
+
+    before = _state.default_app, getattr(_state._tls, "current_app", None)
+    yield
+    _state.set_default_app(before[0])
+    _state._tls.current_app = before[1]
+
+
+@pytest.fixture
+def worker_app():
+    """The worker's Celery app built from the given settings (what `celery -A tasks`
+    builds from the environment): tasks run in this test read them, nothing patched."""
+    from laneway.celery_app import make_celery
+    from tasks.app import TASK_MODULES
+
+    return lambda settings: make_celery(settings, include=TASK_MODULES)
+
+
 @pytest.fixture(scope="session")
 def migrated(settings) -> None:
     from db.migrate import upgrade

@@ -10,7 +10,7 @@ from datetime import timedelta
 from db.models import Worker
 from db.queries import chunks_of, create_account, create_job, utcnow
 from db.session import session_scope
-from laneway.planner import plan_chunks
+from jobs.planner import plan_chunks
 
 
 def stored_job(

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+from celery import Celery
 from flask import Flask
 
 from laneway import tracing
+from laneway.celery_app import make_celery
 from laneway.logsafe import install_redaction
 from laneway.settings import Settings, get_settings
+from webapp.admin import admin
+from webapp.api import api
+from webapp.errors import register_error_handlers
+from webapp.interactive import interactive
+from webapp.openai_compat import openai
+from webapp.ops import ops
+from webapp.pages import pages
+from webapp.security import init_security
+
+
+def celery_init_app(app: Flask, settings: Settings) -> Celery:
+    """The Celery app this web app sends through, built from the same settings (Flask's
+    `examples/celery` pattern). Its tasks run in workers, which need no Flask app context:
+    the app is kept for sending, by task name, and never imports a task module."""
+    celery = make_celery(settings)
+    app.extensions["celery"] = celery
+    return celery
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -21,15 +40,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_upload_bytes
     app.json.sort_keys = False
 
-    from webapp.admin import admin
-    from webapp.api import api
-    from webapp.errors import register_error_handlers
-    from webapp.interactive import interactive
-    from webapp.openai_compat import openai
-    from webapp.ops import ops
-    from webapp.pages import pages
-    from webapp.security import init_security
-
+    celery_init_app(app, settings)
     for blueprint in (api, admin, ops, pages, interactive, openai):
         app.register_blueprint(blueprint)
     app.extensions["laneway_limiter"] = init_security(app, settings)

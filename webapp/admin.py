@@ -25,7 +25,7 @@ from db.queries import (
     rotate_key,
 )
 from db.session import session_factory
-from laneway.inputs import InputError, check_storable, parse_json_body
+from jobs.inputs import InputError, check_storable, parse_json_body
 from laneway.settings import ACCOUNT_TYPES, Settings
 from webapp.auth import app_settings, check_admin, key_cache
 from webapp.errors import error_response
@@ -41,6 +41,7 @@ def _forget_trusted_keys(response: Response) -> Response:
     if request.method not in ("GET", "HEAD", "OPTIONS"):
         key_cache().clear()
     return response
+
 
 ACCOUNT_ID = "<int:account_id>"
 # Postgres integers: a larger id would fail in the database. (Not the converter's `max`:

@@ -11,8 +11,7 @@ from sqlalchemy.orm import Session
 from db.models import Job
 from db.queries import list_keys
 from db.session import session_factory
-from laneway import tracing
-from laneway.inputs import (
+from jobs.inputs import (
     InputError,
     ItemStream,
     check_fields,
@@ -21,10 +20,11 @@ from laneway.inputs import (
     parse_json_body,
     parse_labels,
 )
-from laneway.jobs import parse_tasks, submit_job
-from laneway.results import job_view
+from jobs.lifecycle import JobStateError, LaneFull, cancel_job
+from jobs.results import job_view
+from jobs.submit import parse_tasks, submit_job
+from laneway import tracing
 from laneway.settings import Settings
-from tasks.lifecycle import JobStateError, LaneFull, cancel_job
 from webapp.admin import account_view
 from webapp.auth import app_settings, check_account, require_account
 from webapp.errors import error_response

@@ -13,14 +13,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flask import Blueprint, Response, abort, g, jsonify, request, url_for
+from flask import Blueprint, Response, abort, current_app, g, jsonify, request, url_for
 
+from jobs.inputs import InputError, Limits, json_items, parse_json_body, parse_labels
+from jobs.lifecycle import LaneFull
+from jobs.submit import parse_tasks, resolve_labels, submit_job
 from laneway import interactive as ia
 from laneway.cache import ResultCache
-from laneway.inputs import InputError, Limits, json_items, parse_json_body, parse_labels
-from laneway.jobs import parse_tasks, resolve_labels, submit_job
 from laneway.settings import TASKS, Settings
-from tasks.lifecycle import LaneFull
+from webapp import interactive_client as ic
 from webapp.api import job_created, lane_full
 from webapp.auth import app_settings, check_account
 from webapp.errors import error_response
@@ -66,14 +67,14 @@ def _parse(settings: Settings, fields: tuple[str, ...], tasks: list[str] | None)
 
 def _wait(settings: Settings) -> float:
     """How long to wait for an answer: `Prefer: wait=N`, within LANEWAY_SYNC_MAX_WAIT."""
-    preferred = ia.parse_prefer_wait(request.headers.get("Prefer"))
+    preferred = ic.parse_prefer_wait(request.headers.get("Prefer"))
     if preferred is None:
         return settings.sync_timeout
     return min(preferred, settings.sync_max_wait)
 
 
 def _applied(response: Response, wait: float) -> Response:
-    if ia.parse_prefer_wait(request.headers.get("Prefer")) is not None:
+    if ic.parse_prefer_wait(request.headers.get("Prefer")) is not None:
         response.headers["Preference-Applied"] = f"wait={int(wait)}"
     return response
 
@@ -91,7 +92,7 @@ def _as_job(settings: Settings, tasks: list[str], labels: list[str], items) -> R
 
 def cached_results(settings: Settings, tasks, labels, items) -> list[dict[str, Any]] | None:
     """Every item's output from the result cache, or None (then the worker computes)."""
-    cache = ResultCache(ia.blocking_client(settings), settings).scoped(g.account.id)
+    cache = ResultCache(ic.blocking_client(settings), settings).scoped(g.account.id)
     outputs = cache.get(tasks, labels, [t for _, t in items])
     if any(o is None for o in outputs):
         return None
@@ -113,16 +114,16 @@ def _sync(task: str) -> Response:
     lane = None
     if results is None:
         req = ia.new_request(tasks, labels, items, keep=False, account=g.account.id)
-        lane = ia.lane_for(settings)
+        lane = ic.lane_for(settings)
         try:
-            ia.send(req, settings, lane, expires=wait + 5)
+            ic.send(req, current_app.extensions["celery"], lane, expires=wait + 5)
             sent = time.perf_counter()
-            body = ia.wait_answer(ia.blocking_client(settings), req.id, wait)
+            body = ia.wait_answer(ic.blocking_client(settings), req.id, wait)
             waited = time.perf_counter() - sent
         except Exception:  # noqa: BLE001 - the broker is away: the job path stores it
             body = None
         if body is None:
-            ia.missed(settings, lane)
+            ic.missed(settings, lane)
             return _applied(_as_job(settings, tasks, labels, items), wait)
         results = body["output"] or []
         if body["status"] == ia.FAILURE and not results:
@@ -156,9 +157,9 @@ def submit_inference() -> Response:
     except InputError as exc:
         return error_response(400, "invalid_input", str(exc))
     req = ia.new_request(tasks, labels, items, keep=True, account=g.account.id)
-    r = ia.blocking_client(settings)
+    r = ic.blocking_client(settings)
     r.set(ia.owner_key(req.id), str(g.account.id), ex=ia.RESULT_TTL)
-    ia.send(req, settings, ia.lane_for(settings))
+    ic.send(req, current_app.extensions["celery"], ic.lane_for(settings))
     link = url_for("interactive.get_result", task_id=req.id)
     response = jsonify(task_id=req.id, status=ia.PENDING, links={"result": link})
     response.status_code = 202
@@ -169,14 +170,14 @@ def submit_inference() -> Response:
 @interactive.get("/result/<task_id>")
 def get_result(task_id: str) -> Response:
     settings = app_settings()
-    r = ia.blocking_client(settings)
+    r = ic.blocking_client(settings)
     owner = r.get(ia.owner_key(task_id)) if len(task_id) == 32 else None
     if owner is None or owner.decode() != str(g.account.id):
         abort(404, description=f"no task {task_id!r}")
     body = ia.read_result(r, task_id)
     wait = 0.0
     if body is None:
-        preferred = ia.parse_prefer_wait(request.headers.get("Prefer"))
+        preferred = ic.parse_prefer_wait(request.headers.get("Prefer"))
         wait = min(preferred or 0.0, settings.sync_max_wait)
         if wait > 0 and ia.wait_answer(r, task_id, wait) is not None:
             body = ia.read_result(r, task_id)

@@ -19,12 +19,12 @@ from sqlalchemy.orm import Session
 from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, Result, Worker
 from db.queries import aware, iter_results, own_job, utcnow
 from db.session import session_factory
+from jobs.inputs import Limits
+from jobs.lifecycle import retry_dead_letters
+from jobs.results import csv_blocks, iso, jsonl_lines
 from laneway import usage
-from laneway.inputs import Limits
-from laneway.results import csv_blocks, iso, jsonl_lines
+from laneway.celery_app import INTERACTIVE_QUEUES
 from laneway.settings import LANES, Settings
-from tasks.app import INTERACTIVE_QUEUES
-from tasks.lifecycle import retry_dead_letters
 
 
 def item_limits(settings: Settings, account_type: str) -> Limits:

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flask import Blueprint, Response, abort, g, jsonify, request
+from flask import Blueprint, Response, abort, current_app, g, jsonify, request
 
+from jobs.inputs import InputError, Limits, parse_json_body, text_items
 from laneway import interactive as ia
-from laneway.inputs import InputError, Limits, parse_json_body, text_items
 from laneway.settings import ModelSpec, Settings
+from webapp import interactive_client as ic
 from webapp.auth import app_settings, check_account
 from webapp.errors import OPENAI_BLUEPRINT, error_response
 from webapp.interactive import cached_results
@@ -202,13 +203,13 @@ def compute(settings: Settings, texts: list[str], wait: float) -> list[dict[str,
         ia.new_request([TASK], [], items[n : n + size], keep=False, account=g.account.id)
         for n in range(0, len(items), size)
     ]
-    lane = ia.lane_for(settings)
-    r = ia.blocking_client(settings)
+    lane = ic.lane_for(settings)
+    r = ic.blocking_client(settings)
     deadline = time.monotonic() + wait
     bodies: list[dict[str, Any]] = []
     try:
         for part in parts:
-            ia.send(part, settings, lane, expires=wait + 5)
+            ic.send(part, current_app.extensions["celery"], lane, expires=wait + 5)
         for part in parts:
             body = ia.wait_answer(r, part.id, deadline - time.monotonic())
             if body is None:
@@ -217,7 +218,7 @@ def compute(settings: Settings, texts: list[str], wait: float) -> list[dict[str,
     except Exception:  # noqa: BLE001 - the broker is away: a 503, as no answer in time
         pass
     if len(bodies) < len(parts):
-        ia.missed(settings, lane)
+        ic.missed(settings, lane)
         return None
     for body in bodies:
         if not body["output"]:
@@ -249,7 +250,7 @@ def create_embeddings() -> Response:
     except InputError as exc:
         return error_response(400, "invalid_input", str(exc))
     # No job to fall back on: wait as long as a caller may ask (`Prefer: wait=N` less).
-    preferred = ia.parse_prefer_wait(request.headers.get("Prefer"))
+    preferred = ic.parse_prefer_wait(request.headers.get("Prefer"))
     wait = settings.sync_max_wait if preferred is None else min(preferred, settings.sync_max_wait)
     try:
         results = compute(settings, asked.texts, wait)

@@ -13,6 +13,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify
 from sqlalchemy import text
 
 from db.session import session_factory
+from laneway.broker import queue_depths
 from laneway.redis_conn import ping
 
 ops = Blueprint("ops", __name__)
@@ -46,13 +47,9 @@ def healthz():  # noqa: ANN201
 def lanes():  # noqa: ANN201
     """Each queue's depth: messages queued, delivered to workers (reserved or running: the
     part a bare list length misses), and both together. Counts only, no job data."""
-    from laneway.redis_conn import redis_client
-    from tasks.app import QUEUES
-    from tasks.broker import lane_depths
-
     settings = current_app.config["LANEWAY_SETTINGS"]
     try:
-        return jsonify(lane_depths(redis_client(settings), QUEUES))
+        return jsonify(queue_depths(settings))
     except Exception as exc:  # noqa: BLE001 - an autoscaler must see "unknown", not a 500
         return jsonify(error="unavailable", message=f"Redis: {type(exc).__name__}"), 503
 
@@ -67,7 +64,7 @@ def metrics() -> Response:
         abort(404, description="metrics are off (LANEWAY_METRICS=off)")
     from prometheus_client import CONTENT_TYPE_LATEST
 
-    from laneway.metrics import exposition
+    from webapp.metrics import exposition
 
     try:
         body = exposition(settings)

@@ -34,11 +34,13 @@ from wtforms.widgets import CheckboxInput, ListWidget
 from db.models import FINAL_JOB_STATUSES
 from db.queries import live_key
 from db.session import session_factory
-from laneway.inputs import InputError, file_items, json_items, parse_labels
-from laneway.jobs import parse_tasks, submit_job
-from laneway.results import job_view, result_record
+from jobs.inputs import InputError, file_items, json_items, parse_labels
+from jobs.lifecycle import LaneFull
+from jobs.results import job_view, result_record
+from jobs.submit import parse_tasks, submit_job
+from laneway.broker import queue_depths
+from laneway.redis_conn import redis_client
 from laneway.settings import TASKS
-from tasks.lifecycle import LaneFull
 from webapp import charts, jobviews, sessions
 from webapp.auth import app_settings
 
@@ -270,19 +272,16 @@ def _flower_url() -> str:
 @signed_in
 def dashboard() -> str:
     """The fleet as a whole: lanes, workers, throughput and cost (no account's jobs)."""
-    from laneway.redis_conn import redis_client
-    from tasks.app import QUEUES
-    from tasks.broker import lane_depths
-
     settings = app_settings()
     with session_factory(settings)() as db:
         workers = jobviews.live_workers(db, settings)
         series = jobviews.throughput(db)
         cost = jobviews.cost_per_item(db, settings, series)
     try:
-        r = redis_client(settings)
-        lanes = lane_depths(r, QUEUES)
-        interactive_items, interactive_cost = jobviews.interactive_usage(r, settings)
+        lanes = queue_depths(settings)
+        interactive_items, interactive_cost = jobviews.interactive_usage(
+            redis_client(settings), settings
+        )
         series.update(interactive_items)
         cost.update(interactive_cost)
     except Exception:  # noqa: BLE001 - the page still shows the rest

@@ -11,6 +11,8 @@ from celery.signals import worker_process_init
 
 from laneway.settings import TASKS, ModelSpec, Settings, get_settings
 from workers.devices import model_device
+from workers.identity import worker_queues
+from workers.registry import instance_id, ready
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -26,7 +28,8 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
         if key not in _models:
             import torch
 
-            from inference.precision import choose, load_checked
+            from inference.accuracy import load_checked
+            from inference.precision import choose
 
             torch.set_num_threads(settings.torch_threads)
             choice = choose(settings.precision, torch.device(device).type, settings.cuda_half)
@@ -108,16 +111,12 @@ MODEL_QUEUES = ("cpu", "gpu")
 @worker_process_init.connect
 def _load_in_child(**_: Any) -> None:
     # A worker serving only the maintenance queue never runs a model: it loads none.
-    from tasks.app import worker_queues
-
     queues = worker_queues()
     if queues is None or set(queues) & set(MODEL_QUEUES):
         warm_up()
     if queues and "gpu" in queues:
         check_device_or_stop()
     if queues is not None:
-        from workers.registry import instance_id, ready
-
         try:
             ready(instance_id())
         except Exception as exc:  # noqa: BLE001 - bookkeeping only

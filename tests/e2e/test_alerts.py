@@ -18,7 +18,7 @@ def test_deep_queue_dead_letter_and_failed_job_alert_once_each(
 ):
     import redis
 
-    from tasks.alerts import alert_key
+    from laneway.alerts import alert_key
 
     r = redis.Redis.from_url(settings.redis_url)
     r.delete(*(alert_key(c) for c in ("depth:cpu", "dead_letter", "job_failed")))

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from db.models import Chunk, JobItem, Result
 from db.session import session_scope
-from laneway.jobs import submit_job
+from jobs.submit import submit_job
 from tests.e2e.procs import http, start_web, wait_for
 from tests.faults.harness import LONG_TEXT, cpu_worker
 

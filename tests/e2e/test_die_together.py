@@ -1,6 +1,6 @@
 """SIGKILL to a `laneway` wrapper (worker, web, beat, flower, fleet, up) leaves none of its
-processes behind (laneway/lifeline.py), and a fleet restarted after one was killed runs one
-gpu worker per device, never two (laneway/devicelock.py)."""
+processes behind (fleet/lifeline.py), and a fleet restarted after one was killed runs one
+gpu worker per device, never two (fleet/devicelock.py)."""
 
 from __future__ import annotations
 
@@ -139,8 +139,8 @@ def forget_the_gpu_lane(settings) -> None:
     from db.models import Worker
     from db.queries import utcnow
     from db.session import session_scope
+    from laneway.broker import UNACKED, UNACKED_INDEX, queue_keys
     from laneway.redis_conn import redis_client
-    from tasks.broker import UNACKED, UNACKED_INDEX, queue_keys
 
     r = redis_client(settings)
     r.delete(*queue_keys("gpu"))

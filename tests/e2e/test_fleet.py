@@ -224,7 +224,7 @@ def test_cli_creates_an_account_and_submits_a_file_with_progress(
         for item in items(20, "f"):
             writer.writerow([item["id"], item["text"]])
     done = subprocess.run(
-        [sys.executable, "-m", "laneway.cli", "submit", str(path), "--wait", "--url", web],
+        [sys.executable, "-m", "fleet.cli", "submit", str(path), "--wait", "--url", web],
         capture_output=True,
         text=True,
         env={**__import__("os").environ, "LANEWAY_API_KEY": key},

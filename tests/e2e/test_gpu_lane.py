@@ -17,7 +17,7 @@ from sqlalchemy import select
 from db.models import Chunk, Job, Worker, WorkerEvent
 from db.session import session_scope
 from inference.precision import choose, runtime_label
-from laneway.jobs import submit_job
+from jobs.submit import submit_job
 from tests.e2e.procs import BIN, Proc, wait_for
 from tests.faults.harness import LONG_TEXT, assert_exactly_one_result_each, wait_final
 

@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from db.models import Chunk
 from db.session import session_scope
-from laneway.jobs import submit_job
+from jobs.submit import submit_job
 from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
 from tests.faults.harness import cpu_worker
 

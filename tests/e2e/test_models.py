@@ -107,8 +107,15 @@ def test_every_task_with_fine_tuned_models(fleet, account_factory):
     assert [r["id"] for r in records] == ["m0", "m1", "m2"]
     for text, record in zip(TEXTS, records, strict=True):
         assert set(record) == {
-                "id", "label", "score", "scores", "rating", "entities", "embedding", "tokens"
-            }
+            "id",
+            "label",
+            "score",
+            "scores",
+            "rating",
+            "entities",
+            "embedding",
+            "tokens",
+        }
         assert record["label"] == "food" and set(record["scores"]) == set(TOPICS)
         assert record["rating"] > 0.9
         assert len(record["embedding"]) == 384

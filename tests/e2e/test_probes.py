@@ -67,7 +67,7 @@ def test_the_worker_probe_pings_the_node_without_loading_torch(tmp_path):
              "atexit.register(lambda: print('heavy:', sorted({'torch', 'tasks', 'transformers'}"
              " & set(sys.modules))))\n"
              "sys.argv = ['laneway', 'probe', 'worker', 'maintenance']\n"
-             "from laneway.cli import main\n"
+             "from fleet.cli import main\n"
              "main()\n"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip

@@ -13,8 +13,8 @@ from sqlalchemy import select
 
 from db.models import Chunk
 from db.session import session_scope
+from laneway.broker import lane_depth, snapshot
 from laneway.faults import stall_file
-from tasks.broker import lane_depth, snapshot
 from tests.e2e.procs import start_web, wait_for
 from tests.faults.harness import (
     assert_exactly_one_result_each,
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_factory, tmp_path):
-    from laneway.jobs import submit_job
+    from jobs.submit import submit_job
 
     account, _ = account_factory("trial")
     items = stall_items(32, stalled=20)  # two chunks of 16: the second is held

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from db.models import Chunk, Job, JobEvent, Result
 from db.session import session_scope
-from laneway.jobs import submit_job
+from jobs.submit import submit_job
 from laneway.settings import STALL_MARKER
 from tests.e2e.procs import BIN, Proc, start_worker, wait_for
 

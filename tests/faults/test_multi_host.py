@@ -25,12 +25,12 @@ from sqlalchemy import select, text
 
 from db.models import Chunk, Job, JobEvent
 from db.session import session_scope
+from jobs.submit import submit_job
+from laneway.broker import snapshot
 from laneway.faults import stall_file
-from laneway.jobs import submit_job
 from laneway.redis_conn import redis_client
 from tasks import app
-from tasks.app import QUEUES
-from tasks.broker import snapshot
+from laneway.celery_app import QUEUES
 from tests.e2e.procs import BIN, Proc, wait_for, worker_ready
 from tests.faults import netns
 from tests.faults.harness import (

@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from db.models import ApiKey
 from db.session import session_scope
-from laneway.cli import cli
+from fleet.cli import cli
 from tests.integration.conftest import auth
 
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 import redis
 
-from tasks.alerts import WebhookError, alert_key, post_to_webhook, raise_alert, send_alert
+from laneway.alerts import alert_key, raise_alert
+from tasks.alerts import WebhookError, post_to_webhook, send_alert
 from tests.receiver import Receiver
 
 

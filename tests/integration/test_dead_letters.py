@@ -12,9 +12,9 @@ from sqlalchemy import func, select
 from db.models import Chunk, DeadLetter, Job, JobEvent, Result
 from db.queries import chunk_items
 from db.session import session_scope
+from jobs.lifecycle import retry_dead_letters
 from laneway.settings import POISON_MARKER, get_settings
 from tasks.chunks import run_chunk
-from tasks.lifecycle import retry_dead_letters
 from tests.factories import stored_job
 
 TEXTS = [

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 
 from db.models import Chunk, InboxFile, Job, JobItem
 from db.session import session_scope
-from laneway.inbox import WORKING, scan_inbox
+from jobs.inbox import WORKING, scan_inbox
 from laneway.settings import Settings
 from tests.e2e.procs import BIN, wait_for
 

@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from db.models import Job, JobItem
 from db.session import session_scope
-from laneway.inbox import PROCESSED, REJECTED, WORKING, scan_inbox
+from jobs.inbox import PROCESSED, REJECTED, WORKING, scan_inbox
 from laneway.settings import Settings
 from tests import bombs
 from tests.e2e.procs import BIN
@@ -293,8 +293,8 @@ def test_the_beat_task_logs_names_escaped(inbox, account_factory, caplog, monkey
 
     account, _ = account_factory()
     drop(inbox, account.name, "a\nb.csv", lines_csv(1))
-    monkeypatch.setattr("laneway.inbox.get_settings", lambda: inbox)
-    with caplog.at_level(logging.INFO, logger="laneway.inbox"):
+    monkeypatch.setattr("jobs.inbox.get_settings", lambda: inbox)
+    with caplog.at_level(logging.INFO, logger="jobs.inbox"):
         result = scan_inbox_task.run()
     assert result["counts"] == {"rejected": 1}
     assert result["files"][0]["name"] == "'a\\nb.csv'"
@@ -347,7 +347,7 @@ def test_an_unreadable_file_is_rejected_and_the_scan_goes_on(inbox, account_fact
 
 
 def test_names_as_long_as_a_name_may_be_get_their_report_and_their_results(inbox, account_factory):
-    from laneway.outbox import write_outbox
+    from jobs.outbox import write_outbox
     from tests.integration.test_outbox import finish
 
     account, _ = account_factory()
@@ -386,19 +386,19 @@ def test_what_a_dead_scan_left_is_put_back_without_following_links(inbox, two):
 
 
 def test_an_unexpected_failure_on_one_file_never_stops_the_others(inbox, two, monkeypatch):
-    import laneway.inbox
+    import jobs.inbox
 
     attacker, victim = two
     drop(inbox, attacker.name, "boom.csv", lines_csv(2, "boom"))
     drop(inbox, attacker.name, "calm.csv", lines_csv(2, "calm"))
-    real = laneway.inbox.store_file
+    real = jobs.inbox.store_file
 
     def store(settings, account, name, *args, **kwargs):
         if name == "boom.csv":
             raise RecursionError("what a parser might hit on a hostile file")
         return real(settings, account, name, *args, **kwargs)
 
-    monkeypatch.setattr(laneway.inbox, "store_file", store)
+    monkeypatch.setattr(jobs.inbox, "store_file", store)
     outcomes = {(o.account, o.name): o for o in scan_inbox(inbox)}
     boom = outcomes[(attacker.name, "boom.csv")]
     assert boom.status == "waiting" and "RecursionError" in boom.detail

@@ -7,7 +7,9 @@ import json
 
 import redis
 
-from laneway.interactive import new_request, send_message
+from laneway.celery_app import make_celery
+from laneway.interactive import new_request
+from webapp.interactive_client import send_message
 
 
 def test_the_message_header_names_the_count_not_the_texts(settings):
@@ -19,7 +21,7 @@ def test_the_message_header_names_the_count_not_the_texts(settings):
     queue = "interactive.cpu"
     r = redis.Redis.from_url(settings.redis_url)
     r.delete(queue)
-    send_message(requests, settings, "cpu", expires=5.0)
+    send_message(make_celery(settings), requests, "cpu", expires=5.0)
     (raw,) = r.lrange(queue, 0, -1)
     r.delete(queue)
     headers = json.loads(raw)["headers"]

@@ -15,8 +15,8 @@ from sqlalchemy import select
 from db.models import Chunk
 from db.queries import create_account, create_job
 from db.session import session_scope
+from jobs.planner import plan_chunks
 from laneway import usage
-from laneway.planner import plan_chunks
 from webapp import jobviews
 from workers import registry
 

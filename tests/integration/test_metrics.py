@@ -44,8 +44,8 @@ def test_metrics_show_recorded_work_and_the_queues_depth(client, settings):
 def test_a_scrape_reads_the_delivered_messages_once_for_every_queue(client, settings):
     """kombu keeps every queue's delivered messages in one hash: a scrape reads it once,
     not once per queue, and still counts each queue's own."""
-    from tasks.app import QUEUES
-    from tasks.broker import PRIORITY_SEP, PRIORITY_STEPS, UNACKED
+    from laneway.broker import PRIORITY_SEP, PRIORITY_STEPS, UNACKED
+    from laneway.celery_app import QUEUES
 
     def depths(text: str) -> dict[str, float]:
         return {

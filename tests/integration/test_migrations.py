@@ -139,7 +139,7 @@ def test_results_are_compressed_with_lz4_and_stay_readable_across_the_change():
     from sqlalchemy.orm import Session
 
     from db.queries import create_account, create_job
-    from laneway.planner import plan_chunks
+    from jobs.planner import plan_chunks
 
     name = f"laneway_mig_{uuid.uuid4().hex[:8]}"
     url = create_database(name)

@@ -19,12 +19,12 @@ from sqlalchemy import update
 from db.models import Chunk, InboxFile
 from db.queries import finalize_job, upsert_results, utcnow
 from db.session import session_scope
-from laneway.inbox import scan_inbox
-from laneway.outbox import notify_webhook, write_outbox
+from jobs.inbox import scan_inbox
+from jobs.outbox import notify_webhook, resend_lost_outbox, send_outbox, write_outbox
 from laneway.safefs import Refused
 from laneway.settings import Settings
 from laneway.webhooks import WebhookError
-from tasks.inbox import resend_lost_outbox, send_outbox, write_outbox_task
+from tasks.inbox import write_outbox_task
 from tests.receiver import Receiver
 
 
@@ -189,8 +189,8 @@ def test_links_planted_under_the_outbox_names_are_replaced_never_followed(
 def test_finalizing_an_inbox_job_sends_its_outbox_writer(s, account_factory, settings):
     account, _ = account_factory()
     job_id = ingest(s, account, "a.csv", csv_file(2))
-    assert send_outbox([str(uuid.uuid4())]) == []  # not an inbox job: nothing sent
-    assert send_outbox([str(job_id)]) == [str(job_id)]
+    assert send_outbox([str(uuid.uuid4())], settings) == []  # not an inbox job: nothing sent
+    assert send_outbox([str(job_id)], settings) == [str(job_id)]
     assert ("laneway.write_outbox", [str(job_id)]) in queued_tasks(settings)
 
 
@@ -198,15 +198,17 @@ def test_the_reconciler_sends_a_lost_outbox_writer_again(s, account_factory, set
     account, _ = account_factory()
     job_id = ingest(s, account, "lost.csv", csv_file(2))
     finish(job_id, 2)
-    assert str(job_id) not in resend_lost_outbox()  # just finished: its message may be queued
+    assert str(job_id) not in resend_lost_outbox(
+        settings
+    )  # just finished: its message may be queued
     with session_scope() as session:
         session.execute(
             update(InboxFile)
             .where(InboxFile.job_id == job_id)
             .values(outbox_sent_at=utcnow() - timedelta(hours=3))
         )
-    assert str(job_id) in resend_lost_outbox()
-    assert str(job_id) not in resend_lost_outbox()  # once per visibility timeout
+    assert str(job_id) in resend_lost_outbox(settings)
+    assert str(job_id) not in resend_lost_outbox(settings)  # once per visibility timeout
     assert ("laneway.write_outbox", [str(job_id)]) in queued_tasks(settings)
 
 

@@ -210,7 +210,7 @@ def _finish(job_id: str, n_failed: int = 0, letter: bool = False) -> None:
     from db.models import Chunk, DeadLetter, JobItem
     from db.queries import upsert_results
     from db.session import session_scope
-    from tasks.lifecycle import settle
+    from jobs.lifecycle import settle
 
     key = uuid.UUID(job_id)
     with session_scope() as session:

@@ -20,7 +20,7 @@ from db.queries import (
     rotate_key,
     upsert_results,
 )
-from laneway.planner import plan_chunks
+from jobs.planner import plan_chunks
 
 
 def _job(session, n=10, size=4):

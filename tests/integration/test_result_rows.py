@@ -11,7 +11,7 @@ from sqlalchemy import select
 from db.models import Result
 from db.queries import iter_results, upsert_results
 from db.session import session_factory, session_scope
-from laneway.results import jsonl_lines
+from jobs.results import jsonl_lines
 from tests.factories import stored_job
 
 OUTPUTS = [

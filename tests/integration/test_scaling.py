@@ -12,17 +12,18 @@ import redis
 from db.models import Chunk, Job
 from db.queries import utcnow
 from db.session import session_scope
-from tasks.scaling import (
+from jobs.lanes import (
     FLEET_KEY,
     MIN_MEASURED_ITEMS,
+    alive_workers,
     fleet_gpu_devices,
-    idle_gpu_workers,
     lane_totals,
     publish_fleet,
     read_lane_stats,
     stats_from,
     store_lane_stats,
 )
+from tasks.scaling import idle_gpu_workers
 from tests.factories import add_worker, stored_job
 
 
@@ -43,7 +44,7 @@ def test_beat_stops_no_gpu_worker_when_something_else_does(settings, migrated, m
     import tasks.scaling
 
     idle = add_worker(settings, ["gpu"], idle_for=120)
-    hostname = next(w.hostname for w in tasks.scaling.alive_workers(settings) if w.id == idle)
+    hostname = next(w.hostname for w in alive_workers(settings) if w.id == idle)
     asked = []
     # Asked whether it holds anything, the worker says it does: nothing is shut down.
     monkeypatch.setattr(tasks.scaling, "_holds_nothing", lambda _app, h: asked.append(h))
@@ -105,7 +106,7 @@ def test_fleets_report_their_devices_and_routing_reads_them(settings, migrated):
 
 
 def test_each_job_records_how_its_lane_was_chosen(settings, migrated, account_factory):
-    from laneway.jobs import submit_job
+    from jobs.submit import submit_job
 
     account, _ = account_factory("enterprise")
     settings = replace(settings, routing="measured")

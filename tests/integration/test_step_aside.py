@@ -134,7 +134,7 @@ def test_the_batch_side_gives_a_core_back_while_the_mark_stands_and_takes_it_aga
 
 def test_a_cancelled_job_stops_at_once_even_while_the_host_is_busy(sharing, r, monkeypatch):
     import tasks.chunks
-    from tasks.lifecycle import cancel_key
+    from jobs.lifecycle import cancel_key
 
     stepping = dataclasses.replace(sharing, batch_yield_max=30.0)
     monkeypatch.setattr(tasks.chunks, "get_settings", lambda: stepping)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from laneway.interactive import Coalescer, new_request
+from laneway.interactive import new_request
+from webapp.interactive_client import Coalescer
 
 
 def request(n: int):

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from laneway.cli import cli
-from laneway.processes import gpu_worker, interactive_worker, worker_argv, worker_queues
+from fleet.cli import cli
+from fleet.processes import gpu_worker, interactive_worker, worker_argv, worker_queues
 from laneway.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -474,7 +474,7 @@ def test_secrets_and_local_state_stay_out_of_the_image_and_git():
     for path in (".env", "docker/.env", "docker/.env.local", ".venv/bin/python", "var/laneway.db",
                  ".git/HEAD", "tasks/__pycache__/app.cpython-311.pyc"):  # fmt: skip
         assert dockerignored(path, patterns), f"the image would contain {path}"
-    for path in ("laneway/cli.py", "Makefile", "pyproject.toml", "db/migrations/env.py"):
+    for path in ("fleet/cli.py", "Makefile", "pyproject.toml", "db/migrations/env.py"):
         assert not dockerignored(path, patterns), f"the image would lack {path}"
     if shutil.which("git") and (ROOT / ".git").exists():
         for path in (".env", "docker/.env"):
@@ -596,7 +596,7 @@ def volume_at(doc: dict, path: str) -> dict:
 
 
 def test_shared_files_are_on_a_shared_volume_and_metrics_stay_in_the_pod():
-    from tasks.app import celery_config
+    from laneway.celery_app import celery_config
 
     docs = by_kind(proxy=False)
     settings = Settings.from_env(dict(docs[("ConfigMap", "laneway-settings")]["data"]))

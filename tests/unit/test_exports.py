@@ -3,7 +3,7 @@ import io
 
 import pytest
 
-from laneway.exports import spreadsheet_safe
+from jobs.exports import spreadsheet_safe
 
 
 @pytest.mark.parametrize(

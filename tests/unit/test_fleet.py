@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from laneway.fleet import ALWAYS, ON_DEMAND, RESTARTS_ALLOWED, Fleet
+from fleet.supervisor import ALWAYS, ON_DEMAND, RESTARTS_ALLOWED, Fleet
 from laneway.yielding import OPENMP_SPIN_COUNT
 
 
@@ -111,7 +111,7 @@ def test_a_policy_names_what_it_does():
 
 
 def test_until_stopped_restarts_a_crash_but_not_a_clean_exit(tmp_path):
-    from laneway.fleet import UNTIL_STOPPED
+    from fleet.supervisor import UNTIL_STOPPED
 
     fleet = Fleet(log_dir=tmp_path)
     fleet.add("gpu0", WARM, policy=UNTIL_STOPPED)
@@ -133,7 +133,7 @@ def test_until_stopped_restarts_a_crash_but_not_a_clean_exit(tmp_path):
 
 
 def test_the_fleet_runs_an_interactive_worker_beside_the_batch_workers():
-    from laneway.processes import worker_env, worker_fleet
+    from fleet.processes import worker_env, worker_fleet
     from laneway.settings import Settings
 
     settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu", "LANEWAY_GPU_DEVICES": "0"})
@@ -151,7 +151,7 @@ def test_the_fleet_runs_an_interactive_worker_beside_the_batch_workers():
 
 
 def test_an_interactive_worker_for_each_lane_the_gpu_one_pinned_to_its_device():
-    from laneway.processes import worker_fleet
+    from fleet.processes import worker_fleet
     from laneway.settings import Settings
 
     settings = Settings.from_env(
@@ -178,7 +178,7 @@ def test_an_interactive_worker_for_each_lane_the_gpu_one_pinned_to_its_device():
 
 
 def test_without_cuda_the_fleet_runs_the_cpu_interactive_worker_alone():
-    from laneway.processes import interactive_lanes, worker_fleet
+    from fleet.processes import interactive_lanes, worker_fleet
     from laneway.settings import Settings
 
     # CPU fallback: a second interactive worker would only compete with the first.
@@ -190,7 +190,7 @@ def test_without_cuda_the_fleet_runs_the_cpu_interactive_worker_alone():
 def test_a_device_held_by_another_process_gets_no_second_worker(tmp_path):
     """The lock a killed fleet's worker still holds keeps a new fleet's worker for that
     device from starting; it starts in the step after the device is free."""
-    from laneway import devicelock
+    from fleet import devicelock
 
     lock = tmp_path / "locks" / "gpu-0.lock"
     held = devicelock.take(lock)  # an orphan from an earlier fleet, say
@@ -218,7 +218,7 @@ def test_a_device_held_by_another_process_gets_no_second_worker(tmp_path):
 
 
 def test_a_device_lock_taken_twice_in_one_process_is_refused(tmp_path):
-    from laneway import devicelock
+    from fleet import devicelock
 
     lock = devicelock.lock_path(tmp_path, "3")
     assert lock.name.endswith("-3.lock") and lock.parent == tmp_path / "locks"
@@ -232,7 +232,7 @@ def test_a_device_lock_taken_twice_in_one_process_is_refused(tmp_path):
 
 
 def test_an_operators_own_openmp_wait_policy_wins(monkeypatch):
-    from laneway.processes import worker_env
+    from fleet.processes import worker_env
     from laneway.settings import Settings
 
     settings = Settings.from_env({})

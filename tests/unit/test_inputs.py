@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from laneway.inputs import InputError, Limits, file_items, json_items, parse_labels
+from jobs.inputs import InputError, Limits, file_items, json_items, parse_labels
 from tests import bombs
 
 LIMITS = Limits(max_items=5, max_text_chars=50)
@@ -127,14 +127,14 @@ def test_a_file_ending_mid_character_is_refused():
     ],
 )
 def test_json_body_problems_are_named(data, message):
-    from laneway.inputs import parse_json_body
+    from jobs.inputs import parse_json_body
 
     with pytest.raises(InputError, match=message):
         parse_json_body(data, ("items", "labels"))
 
 
 def test_json_body_in_utf16_is_read():
-    from laneway.inputs import parse_json_body
+    from jobs.inputs import parse_json_body
 
     assert parse_json_body('{"items": "é"}'.encode("utf-16"), ("items",)) == {"items": "é"}
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from laneway.interactive import LaneChooser, choose_lane
+from webapp.interactive_client import LaneChooser, choose_lane
 
 
 def test_auto_prefers_a_live_gpu_worker_and_a_set_lane_is_kept():

@@ -12,14 +12,14 @@ import time
 import psutil
 import pytest
 
-from laneway.lifeline import die_with_parent
+from fleet.lifeline import die_with_parent
 
 pytestmark = pytest.mark.skipif(die_with_parent() is None, reason="Linux only")
 
 # A parent that starts a child (with or without the lifeline), prints its pid and waits.
 PARENT = """
 import subprocess, sys, time
-from laneway.lifeline import die_with_parent
+from fleet.lifeline import die_with_parent
 preexec = die_with_parent() if sys.argv[1] == "on" else None
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                          preexec_fn=preexec)

@@ -105,7 +105,7 @@ def test_a_file_left_empty_by_a_killed_process_is_removed_and_never_breaks_a_scr
 
 
 def test_flower_is_bounded_and_persists_nothing_in_the_working_directory(tmp_path):
-    from laneway.processes import flower_argv
+    from fleet.processes import flower_argv
     from laneway.settings import Settings
 
     argv = flower_argv(Settings(home=tmp_path), "0.0.0.0", 5555, 10000)

@@ -1,6 +1,6 @@
 import pytest
 
-from laneway.planner import choose_lane, plan_chunks
+from jobs.planner import choose_lane, plan_chunks
 
 
 @pytest.mark.parametrize("account_type", ["demo", "trial"])
@@ -39,7 +39,7 @@ def test_chunk_size_must_be_positive():
 
 # --- routing from measured costs -------------------------------------------------------
 
-from laneway.planner import LaneStats, LiveLanes, Prices, estimate, route  # noqa: E402
+from jobs.planner import LaneStats, LiveLanes, Prices, estimate, route  # noqa: E402
 
 # A CPU worker at 140 items/s for all stages; a GPU worker at 4,000 items/s in the model
 # stage with 0.1 ms of CPU pre/post per item; a 20 s cold start.

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from inference import Encoder
+from inference import accuracy
 from inference import precision as prec
+from inference.accuracy import Tolerance, compare, load_checked, load_sample
 from inference.ner import TokenClassifier
 from inference.pipeline import Pipeline
-from inference.precision import Choice, Tolerance, choose, compare, load_checked, load_sample
+from inference.precision import Choice, choose
 from inference.seqcls import SequenceClassifier
 from laneway.settings import DEFAULT_LABELS, PRECISIONS, Settings
 from tests.tiny_models import make_seqcls_model, make_token_model
@@ -118,8 +120,11 @@ def test_compare_judges_each_measure_against_its_tolerance():
     edge = {"labels": one_changed, "ratings": many["ratings"]}
     assert compare(many, edge, Tolerance()).ok
     assert compare(many, {**edge, "labels": edge["labels"] * 0 + 1}, Tolerance()).ok is False
-    assert compare({"labels": torch.zeros(1), "ratings": torch.zeros(1)},
-                   {"labels": torch.zeros(1), "ratings": torch.tensor([0.02])}, Tolerance()).ok
+    assert compare(
+        {"labels": torch.zeros(1), "ratings": torch.zeros(1)},
+        {"labels": torch.zeros(1), "ratings": torch.tensor([0.02])},
+        Tolerance(),
+    ).ok
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +135,7 @@ def minilm_build():
 
 @pytest.mark.skipif(not prec.native_bf16_cpu(), reason="this CPU has no native bf16")
 def test_bf16_passes_the_check_on_this_cpu(minilm_build, caplog):
-    caplog.set_level(logging.INFO, logger="inference.precision")
+    caplog.set_level(logging.INFO, logger="inference.accuracy")
     model = load_checked(minilm_build, "bf16", ANCHORS, name="minilm")
     assert (model.precision, model.mixed) == ("bf16", True)
     assert model.runtime.endswith(" bf16 cpu")
@@ -148,7 +153,7 @@ def test_bf16_passes_the_check_on_this_cpu(minilm_build, caplog):
 
 
 def test_a_failed_check_falls_back_to_fp32_and_says_why(minilm_build, caplog):
-    caplog.set_level(logging.INFO, logger="inference.precision")
+    caplog.set_level(logging.INFO, logger="inference.accuracy")
     # No reduced precision reaches a cosine over 1: the check must fail.
     model = load_checked(minilm_build, "bf16", ANCHORS, name="minilm", tolerance=Tolerance(1.0001))
     assert model.precision == "fp32" and model.fixed_encoder is None
@@ -168,14 +173,14 @@ def test_a_degraded_model_fails_the_check(minilm_build, caplog):
                     p.add_(torch.randn_like(p) * 0.05)
         return model
 
-    caplog.set_level(logging.WARNING, logger="inference.precision")
+    caplog.set_level(logging.WARNING, logger="inference.accuracy")
     assert load_checked(degraded, "bf16", ANCHORS).precision == "fp32"
     assert "failed the precision check" in caplog.text
 
 
 def test_fp32_loads_once_and_is_not_checked(caplog):
     calls = []
-    caplog.set_level(logging.INFO, logger="inference.precision")
+    caplog.set_level(logging.INFO, logger="inference.accuracy")
     assert load_checked(lambda p: calls.append(p) or p, "fp32", ANCHORS) == "fp32"
     assert calls == ["fp32"] and caplog.text == ""
 
@@ -205,14 +210,14 @@ def test_classifiers_are_checked_on_labels_and_ratings_or_probabilities(
         return cls(str(tiny_dirs[name]), precision=precision)
 
     sample = load_sample()
-    outs = prec.outputs(build("fp32"), sample, ANCHORS)
+    outs = accuracy.outputs(build("fp32"), sample, ANCHORS)
     assert set(outs) == keys
     if cls is SequenceClassifier:
         assert len(outs["labels"]) == len(sample.texts)
     else:  # every non-padding token of every text, special tokens included
         assert len(outs["labels"]) > len(sample.texts)
     # A tolerance nothing meets fails them too, back to fp32 with the reason logged.
-    caplog.set_level(logging.WARNING, logger="inference.precision")
+    caplog.set_level(logging.WARNING, logger="inference.accuracy")
     model = load_checked(build, "bf16", ANCHORS, name=name, tolerance=Tolerance(labels=1.01))
     assert model.precision == "fp32"
     assert f"{name}: bf16 failed the precision check" in caplog.text

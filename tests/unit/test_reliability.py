@@ -2,10 +2,10 @@
 
 import pytest
 
+from laneway.celery_app import TRANSIENT_ERRORS, chunk_time_limits, visibility_timeout
 from laneway.settings import Settings
 from tasks import app
-from tasks.app import celery_config
-from tasks.base import TRANSIENT_ERRORS, chunk_time_limits, visibility_timeout
+from laneway.celery_app import celery_config
 
 app.loader.import_default_modules()  # the task modules a worker imports (`include`)
 LANEWAY_TASKS = sorted(name for name in app.tasks if name.startswith("laneway."))
@@ -74,7 +74,7 @@ class FakeChunk:  # the attributes a signature needs, no database
 
 
 def test_dispatched_chunks_carry_their_lanes_time_limits():
-    from tasks.dispatch import chunk_signature, chunk_task_ids
+    from laneway.dispatch import chunk_signature, chunk_task_ids
 
     settings = Settings.from_env({"LANEWAY_CHUNK_TIMEOUT": "30", "LANEWAY_CHUNK_TIMEOUT_GPU": "90"})
     cpu = chunk_signature(FakeChunk("run"), "cpu", settings)
@@ -90,7 +90,7 @@ def test_dispatched_chunks_carry_their_lanes_time_limits():
 
 
 def test_a_gpu_chunk_is_sent_again_from_the_stage_it_reached():
-    from tasks.dispatch import chunk_signature
+    from laneway.dispatch import chunk_signature
 
     settings = Settings.from_env({})
     assert chunk_signature(FakeChunk("post"), "gpu", settings).task == "laneway.post_chunk"

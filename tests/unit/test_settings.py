@@ -328,8 +328,8 @@ def test_malformed_monitoring_settings_name_the_variable(var, value, message):
 
 
 def test_who_stops_idle_gpu_workers_is_apart_from_the_idle_time_routing_charges():
-    from laneway.planner import Prices
-    from tasks.app import celery_config
+    from jobs.planner import Prices
+    from laneway.celery_app import celery_config
 
     default = Settings.from_env({})
     assert default.gpu_scale_down == "beat" and default.beat_stops_gpu_workers

@@ -10,11 +10,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from laneway.fleet import ALWAYS, ON_DEMAND, Fleet
+from fleet.supervisor import ALWAYS, ON_DEMAND, Fleet
 from laneway.settings import INTERACTIVE_PREFIX, Settings
 from laneway.yielding import openmp_env
 
-log = logging.getLogger("laneway.fleet")
+log = logging.getLogger("fleet.supervisor")
 
 
 def worker_queues(lane: str) -> str:
@@ -160,7 +160,7 @@ def node(name: str) -> str:
 
 
 def add_gpu_workers(fleet: Fleet, settings: Settings, devices: Sequence[str], policy: str) -> None:
-    from laneway.devicelock import lock_path
+    from fleet.devicelock import lock_path
 
     for device in devices:
         name, argv, env = gpu_worker(settings, device)
@@ -188,8 +188,8 @@ def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
 
 def gpu_depth_reader(settings: Settings):  # noqa: ANN201
     """The gpu lane's depth (queued + reserved + running), for scale-from-zero."""
+    from laneway.broker import lane_depth
     from laneway.redis_conn import redis_client
-    from tasks.broker import lane_depth
 
     r = redis_client(settings)
     return lambda: lane_depth(r, "gpu")["depth"]
@@ -197,8 +197,8 @@ def gpu_depth_reader(settings: Settings):  # noqa: ANN201
 
 def fleet_reporter(settings: Settings, devices: int, every: float = 10.0):  # noqa: ANN201
     """Tell routing (through Redis) how many gpu devices this machine can start."""
+    from jobs.lanes import publish_fleet
     from laneway.redis_conn import redis_client
-    from tasks.scaling import publish_fleet
 
     r = redis_client(settings)
     last = [0.0]

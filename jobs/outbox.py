@@ -13,22 +13,25 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 
 from db.models import FINAL_JOB_STATUSES, Account, InboxFile, Job
 from db.queries import failure_summary, iter_results, utcnow
-from db.session import session_factory
+from db.session import after_commit, session_factory, session_scope
+from jobs.inputs import file_kind
+from jobs.results import csv_blocks, job_view, jsonl_lines
 from laneway import safefs
-from laneway.inputs import file_kind
-from laneway.results import csv_blocks, job_view, jsonl_lines
+from laneway.celery_app import sending_app, visibility_timeout
+from laneway.result_backend import fire_and_forget
 from laneway.settings import Settings
 from laneway.webhooks import post_json
 
-log = logging.getLogger("laneway.outbox")
+log = logging.getLogger("jobs.outbox")
 logging.getLogger("httpcore").setLevel(logging.WARNING)
 WEBHOOK_TIMEOUT = 10.0
 
@@ -137,3 +140,50 @@ def notify_webhook(job_id: uuid.UUID, settings: Settings) -> bool:
         session.get(InboxFile, row.id).notified_at = utcnow()  # type: ignore[union-attr]
     log.info("job %s: webhook of account %s told", job.id, account.name)
     return True
+
+
+# --- sending the outbox writer (`laneway.write_outbox`, tasks/inbox.py) -----------------
+
+WRITE_OUTBOX = "laneway.write_outbox"
+
+
+def send_outbox(job_ids: Iterable[str], settings: Settings) -> list[str]:
+    """After finalized jobs have committed: send the outbox writer for those that came
+    from the inbox, noting when, so the reconciler can tell a lost message."""
+    keys = [uuid.UUID(str(j)) for j in job_ids]
+    if not keys:
+        return []
+    with session_scope(settings) as session:
+        sent = session.scalars(
+            update(InboxFile)
+            .where(InboxFile.job_id.in_(keys))
+            .values(outbox_sent_at=utcnow())
+            .returning(InboxFile.job_id)
+        ).all()
+        after_commit(session, lambda: _send_writers(sent))
+    return [str(j) for j in sent]
+
+
+def _send_writers(job_ids: Iterable[uuid.UUID]) -> None:
+    celery = sending_app()
+    with fire_and_forget():
+        for job_id in job_ids:
+            celery.send_task(WRITE_OUTBOX, args=(str(job_id),))
+
+
+def resend_lost_outbox(settings: Settings) -> list[str]:
+    """Send again the outbox writer of final inbox jobs whose files are still unwritten
+    a visibility timeout after it was last sent (its message was lost with the broker)."""
+    deadline = utcnow() - timedelta(seconds=visibility_timeout(settings.chunk_timeout))
+    with session_scope(settings) as session:
+        ids = session.scalars(
+            select(InboxFile.job_id)
+            .join(Job, Job.id == InboxFile.job_id)
+            .where(
+                InboxFile.outbox_written_at.is_(None),
+                Job.status.in_(FINAL_JOB_STATUSES),
+                func.coalesce(InboxFile.outbox_sent_at, Job.finished_at) < deadline,
+            )
+            .with_for_update(skip_locked=True, of=InboxFile)
+        ).all()
+    return send_outbox((str(j) for j in ids), settings)

@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from laneway import devicelock
-from laneway.lifeline import die_with_parent
+from fleet import devicelock
+from fleet.lifeline import die_with_parent
 
-log = logging.getLogger("laneway.fleet")
+log = logging.getLogger("fleet.supervisor")
 
 ALWAYS = "always"  # kept running: restarted when it exits
 UNTIL_STOPPED = "until_stopped"  # restarted when it crashes; a clean exit (asked to) is final
@@ -47,7 +47,7 @@ class Child:
     instance: str | None = None
     exits: deque = field(default_factory=lambda: deque(maxlen=RESTARTS_ALLOWED + 1))
     failed: int | None = None  # the exit code it was given up with
-    lock: Path | None = None  # a gpu worker's device lock (laneway/devicelock.py)
+    lock: Path | None = None  # a gpu worker's device lock (fleet/devicelock.py)
     blocked: bool = False  # not started: another process holds its device
 
     @property

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from db.models import FINAL_JOB_STATUSES, Job
 from db.queries import aware, items_done, job_cost, job_runtimes
-from laneway.exports import spreadsheet_safe
+from jobs.exports import spreadsheet_safe
 from laneway.settings import Settings
 
 

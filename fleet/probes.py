@@ -7,18 +7,9 @@ the task modules (which import torch) or loads a model. Each returns (alive, why
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
+from laneway.fleet_metrics import BEAT_MAX_AGE, beat_heartbeat
 from laneway.settings import Settings
-
-# Beat's scheduler (tasks/beat.py) ticks at least this often and touches its heartbeat file
-# on every tick; a heartbeat older than BEAT_MAX_AGE means its loop has stopped.
-BEAT_TICK_SECONDS = 15
-BEAT_MAX_AGE = 4 * BEAT_TICK_SECONDS
-
-
-def beat_heartbeat(settings: Settings) -> Path:
-    return settings.home / "beat-heartbeat"
 
 
 def beat_alive(settings: Settings, max_age: float = BEAT_MAX_AGE) -> tuple[bool, str]:
@@ -35,7 +26,7 @@ def beat_alive(settings: Settings, max_age: float = BEAT_MAX_AGE) -> tuple[bool,
 
 def node_name(name: str) -> str:
     """`cpu` is cpu@<this host>, as `-n cpu@%h` names the worker; a full node name stays."""
-    from laneway.processes import node
+    from fleet.processes import node
 
     return name if "@" in name else node(name)
 

@@ -17,6 +17,10 @@ from typing import Any
 
 import redis
 
+from laneway.celery_app import QUEUES
+from laneway.redis_conn import redis_client
+from laneway.settings import Settings
+
 # kombu.transport.redis: Channel.sep, PRIORITY_STEPS, unacked_key, unacked_index_key.
 PRIORITY_SEP = "\x06\x16"
 PRIORITY_STEPS = (0, 3, 6, 9)
@@ -69,6 +73,11 @@ def lane_depths(r: redis.Redis, queues: Iterable[str]) -> dict[str, dict[str, in
             "depth": queued + delivered[queue],
         }
     return depths
+
+
+def queue_depths(settings: Settings) -> dict[str, dict[str, int]]:
+    """Every Laneway queue's depth (the /lanes endpoint, the dashboard, the scrape)."""
+    return lane_depths(redis_client(settings), QUEUES)
 
 
 def lane_depth(r: redis.Redis, queue: str) -> dict[str, int]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from laneway.probes import BEAT_MAX_AGE
+from laneway.fleet_metrics import BEAT_MAX_AGE
 from laneway.settings import ACCOUNT_TYPES, LANES, Settings, SettingsError, get_settings
 
 log = logging.getLogger("laneway")
@@ -39,7 +39,7 @@ def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Run one process in the foreground, keeping the embedded Redis alive around it;
     SIGTERM is passed on to it, and its exit status is returned (128 + N if signal N
     ended it, as a shell reports)."""
-    from laneway.lifeline import die_with_parent
+    from fleet.lifeline import die_with_parent
     from laneway.redis_conn import embedded_redis
 
     child: list[subprocess.Popen] = []
@@ -54,7 +54,7 @@ def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
     previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
     try:
         with embedded_redis(_settings()):
-            # The child dies with laneway, should laneway be killed (laneway/lifeline.py).
+            # The child dies with laneway, should laneway be killed (fleet/lifeline.py).
             full_env = {**os.environ, **(env or {})}
             child.append(subprocess.Popen(argv, env=full_env, preexec_fn=die_with_parent()))
             for signum in pending:
@@ -295,7 +295,7 @@ def inbox_scan(as_json: bool) -> None:
     """Take the inbox's complete files now, as beat does on LANEWAY_INBOX_SCHEDULE."""
     import json
 
-    from laneway.inbox import scan_inbox
+    from jobs.inbox import scan_inbox
     from laneway.logsafe import printable
     from laneway.redis_conn import embedded_redis
 
@@ -340,7 +340,7 @@ def worker(
     pinned to its device (CUDA_VISIBLE_DEVICES) and named gpu<N>@host, or interactive:
     the dynamic batcher on interactive.cpu, or with --lane gpu on interactive.gpu, pinned
     to --device (default the first gpu device)."""
-    from laneway.processes import interactive_worker, worker_argv, worker_env
+    from fleet.processes import interactive_worker, worker_argv, worker_env
     from workers.devices import LaneError
 
     settings = _settings()
@@ -357,8 +357,8 @@ def worker(
 
 
 def _run_gpu_workers(settings: Settings, device: str | None) -> int:
-    from laneway.fleet import UNTIL_STOPPED, Fleet
-    from laneway.processes import add_gpu_workers, gpu_devices
+    from fleet.processes import add_gpu_workers, gpu_devices
+    from fleet.supervisor import UNTIL_STOPPED, Fleet
     from laneway.redis_conn import embedded_redis
 
     devices = (device,) if device is not None else gpu_devices(settings)
@@ -377,7 +377,7 @@ def _run_gpu_workers(settings: Settings, device: str | None) -> int:
 @click.option("--port", type=int, default=None, help="default LANEWAY_WEB_PORT")
 def web(host: str | None, port: int | None) -> None:
     """Run the web app (gunicorn)."""
-    from laneway.processes import web_argv
+    from fleet.processes import web_argv
 
     settings = _settings()
     sys.exit(_run_child(web_argv(settings, host or settings.web_host, port or settings.web_port)))
@@ -395,7 +395,7 @@ def web(host: str | None, port: int | None) -> None:
 def flower(host: str, port: int | None, max_tasks: int | None) -> None:
     """Run Flower on the broker: workers, tasks and its own Prometheus metrics (in memory,
     bounded by --max-tasks). Set FLOWER_BASIC_AUTH=user:password to ask for a password."""
-    from laneway.processes import flower_argv
+    from fleet.processes import flower_argv
 
     settings = _settings()
     argv = flower_argv(
@@ -407,7 +407,7 @@ def flower(host: str, port: int | None, max_tasks: int | None) -> None:
 @cli.command()
 def beat() -> None:
     """Run celery beat (the reconciler, scale-down of idle gpu workers, lane statistics)."""
-    from laneway.processes import beat_argv
+    from fleet.processes import beat_argv
 
     sys.exit(_run_child(beat_argv(_settings())))
 
@@ -416,7 +416,7 @@ def beat() -> None:
 def fleet() -> None:
     """This machine's workers: cpu workers kept up, a gpu worker per device started when
     gpu work waits (beat stops idle ones); Ctrl-C stops them all."""
-    from laneway.processes import worker_fleet
+    from fleet.processes import worker_fleet
     from laneway.redis_conn import embedded_redis
 
     settings = _settings()
@@ -433,7 +433,7 @@ def fleet() -> None:
 def up(host: str | None, port: int | None) -> None:
     """Run web, beat and the fleet (cpu workers, gpu workers on demand) on this machine;
     Ctrl-C stops them all."""
-    from laneway.processes import full_fleet
+    from fleet.processes import full_fleet
     from laneway.redis_conn import embedded_redis
 
     settings = _settings()
@@ -453,9 +453,10 @@ def health(node: str, timeout: float) -> None:
 
     from celery.utils.nodenames import worker_direct
 
-    from tasks.scaling import device_health
+    from laneway.celery_app import make_celery
 
-    result = device_health.apply_async(queue=worker_direct(node))
+    celery = make_celery(get_settings())
+    result = celery.send_task("laneway.device_health", queue=worker_direct(node))
     try:
         report = result.get(timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - a timeout or the check's own failure
@@ -483,7 +484,7 @@ def _probe_exit(result: tuple[bool, str]) -> None:
 @click.option("--max-age", type=float, default=BEAT_MAX_AGE, show_default=True, help="seconds")
 def probe_beat(max_age: float) -> None:
     """Beat has ticked lately (its heartbeat file under LANEWAY_HOME)."""
-    from laneway.probes import beat_alive
+    from fleet.probes import beat_alive
 
     _probe_exit(beat_alive(_settings(), max_age))
 
@@ -493,7 +494,7 @@ def probe_beat(max_age: float) -> None:
 @click.option("--timeout", default=10.0, show_default=True)
 def probe_worker(name: str, timeout: float) -> None:
     """Worker NAME answers a ping through the broker (`cpu` means cpu@this host)."""
-    from laneway.probes import node_name, worker_alive
+    from fleet.probes import node_name, worker_alive
 
     _probe_exit(worker_alive(_settings(), node_name(name), timeout))
 
@@ -503,7 +504,7 @@ def probe_worker(name: str, timeout: float) -> None:
 @click.option("--timeout", default=5.0, show_default=True)
 def probe_http(url: str, timeout: float) -> None:
     """URL answers 200 (e.g. the web app's /healthz, Flower's /healthcheck)."""
-    from laneway.probes import http_alive
+    from fleet.probes import http_alive
 
     _probe_exit(http_alive(url, timeout))
 
@@ -558,7 +559,7 @@ def _job_uuid(job_id: str):  # noqa: ANN202
 @click.option("--all", "every", is_flag=True, help="send back every open letter")
 def dlq_retry(job_id: str | None, letter_ids: tuple[int, ...], every: bool) -> None:
     """Send dead letters back: their items run again and their jobs are finalized anew."""
-    from tasks.lifecycle import retry_dead_letters
+    from jobs.lifecycle import retry_dead_letters
 
     if not (job_id or letter_ids or every):
         raise click.UsageError("name --job JOB, --id N or --all")
@@ -680,8 +681,8 @@ def _run_demo(settings: Settings, file: Path, port: int, show: int) -> dict[str,
 
     from db.queries import create_account
     from db.session import session_scope
+    from fleet.processes import full_fleet
     from laneway.client import Client, LanewayError
-    from laneway.processes import full_fleet
 
     log_dir = settings.home / "logs"
     fleet = full_fleet(settings, "127.0.0.1", port, log_dir=log_dir)

@@ -10,9 +10,9 @@ from typing import Any
 
 from celery import chain, chord, signature
 
+from laneway.celery_app import chunk_time_limits
+from laneway.result_backend import fire_and_forget
 from laneway.settings import Settings, get_settings
-from tasks.backend import fire_and_forget
-from tasks.base import chunk_time_limits
 
 GPU_STAGES = ("prep", "model", "post")
 STAGE_QUEUE = {"run": "cpu", "prep": "cpu", "model": "gpu", "post": "cpu"}

@@ -35,13 +35,14 @@ from db.queries import (
     utcnow,
 )
 from db.session import after_commit, session_scope
+from jobs.outbox import send_outbox
 from laneway import metrics
+from laneway.alerts import raise_alert
+from laneway.broker import lane_depth
+from laneway.dispatch import dispatch_job
 from laneway.isolate import Failure
 from laneway.redis_conn import redis_client
 from laneway.settings import LANES, Settings, get_settings
-from tasks.alerts import raise_alert
-from tasks.broker import lane_depth
-from tasks.dispatch import dispatch_job
 
 log = logging.getLogger(__name__)
 CANCEL_TTL = 7 * 24 * 3600
@@ -80,8 +81,6 @@ def settle(job_id: uuid.UUID, settings: Settings | None = None) -> str | None:
     outbox writer, alert on a failure and let held jobs into the capacity it freed.
     Returns the final status, once."""
     settings = settings or get_settings()
-    from tasks.inbox import send_outbox
-
     with session_scope(settings) as session:
         status = finalize_job(session, job_id, settings.cpu_price, settings.gpu_price)
         if status is not None:
@@ -89,7 +88,7 @@ def settle(job_id: uuid.UUID, settings: Settings | None = None) -> str | None:
                 select(Job.lane, Job.created_at, Job.finished_at, Job.cost).where(Job.id == job_id)
             ).one()
             # An inbox job's results go to the outbox.
-            after_commit(session, lambda: send_outbox([str(job_id)]))
+            after_commit(session, lambda: send_outbox([str(job_id)], settings))
     if status is None:
         return None
     seconds = (aware(finished) - aware(created)).total_seconds() if finished else None

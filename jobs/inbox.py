@@ -44,8 +44,7 @@ from sqlalchemy.exc import IntegrityError
 from db.models import Account, InboxFile, Job
 from db.queries import ChunkRef, aware
 from db.session import session_factory
-from laneway import safefs
-from laneway.inputs import (
+from jobs.inputs import (
     FILE_TYPES,
     InputError,
     Limits,
@@ -53,12 +52,13 @@ from laneway.inputs import (
     file_items,
     size_error,
 )
-from laneway.jobs import send_job, store_job
+from jobs.submit import send_job, store_job
+from laneway import safefs
+from laneway.celery_app import TRANSIENT_ERRORS
 from laneway.logsafe import printable, unprintable
 from laneway.settings import Settings, get_settings
-from tasks.base import TRANSIENT_ERRORS
 
-log = logging.getLogger("laneway.inbox")
+log = logging.getLogger("jobs.inbox")
 
 PROCESSED, REJECTED = "processed", "rejected"
 WORKING = ".laneway-working"  # a dot-folder at the inbox root: never taken for an account

@@ -13,8 +13,11 @@ from sqlalchemy.orm import Session
 from db.models import Account, Job
 from db.queries import ChunkRef, DuplicateItem, chunk_refs, create_job, stage_items
 from db.session import after_commit, session_factory
-from laneway.inputs import InputError, ItemStream, item_stream
-from laneway.planner import Prices, Routing, plan_chunks, route
+from jobs.inputs import InputError, ItemStream, item_stream
+from jobs.lanes import live_lanes, read_lane_stats
+from jobs.lifecycle import admit
+from jobs.planner import Prices, Routing, plan_chunks, route
+from laneway.dispatch import dispatch_job
 from laneway.settings import TASKS, ModelSpec, Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -70,9 +73,7 @@ def parse_tasks(raw_tasks: object, raw_task: object) -> list[str]:
 
 def choose_routing(settings: Settings, account_type: str, n_items: int) -> Routing:
     """The lane for a job: from the lanes' measured costs and their state now, or from
-    LANEWAY_GPU_THRESHOLD while nothing is measured (laneway.planner.route)."""
-    from tasks.scaling import live_lanes, read_lane_stats
-
+    LANEWAY_GPU_THRESHOLD while nothing is measured (jobs.planner.route)."""
     return route(
         account_type,
         n_items,
@@ -104,8 +105,6 @@ def store_job(
     when room frees up), and past the hold limit LaneFull is raised (the caller's rollback
     stores nothing).
     """
-    from tasks.lifecycle import admit
-
     settings = settings or get_settings()
     labels = resolve_labels(settings, tasks, labels)
     staged = stage_items(session, items.rows, progress)
@@ -160,8 +159,6 @@ def send_job(job: Job, chunks: Sequence[ChunkRef]) -> None:
     """After the commit: send a job's chord, unless it is held. Should the broker be away,
     the job stays stored with its chunks queued and no message, which is what the
     reconciler re-sends once LANEWAY_RECONCILE_INTERVAL passes."""
-    from tasks.dispatch import dispatch_job
-
     if job.status == "held":
         return
     try:

@@ -21,7 +21,7 @@ CPU_ONLY_ACCOUNTS = frozenset({"demo", "trial"})
 
 @dataclass(frozen=True)
 class LaneStats:
-    """What the fleet measured on recent chunks (tasks/scaling.py computes it).
+    """What the fleet measured on recent chunks (jobs/lanes.py computes it).
 
     Rates are per worker: a cpu worker runs all three stages of a cpu chunk; a gpu worker
     runs only the model stage of a gpu chunk, its pre- and post-processing running on cpu

@@ -1,0 +1,1 @@
+"""The command line and the supervisor: `laneway ...`, the fleet of worker processes."""
