@@ -1,6 +1,7 @@
 """Send a job's work: a chord of chunk tasks on the lane's queue, then the aggregate callback.
 
-Tasks are named, not imported: a web process sends chunks without importing torch.
+Tasks are named, not imported: a web process sends chunks without importing torch. They go
+through the Celery app the process's entry room built (laneway.celery_app.sending_app).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 from celery import chain, chord, signature
 
-from laneway.celery_app import chunk_time_limits
+from laneway.celery_app import app_settings, chunk_time_limits, sending_app
 from laneway.result_backend import fire_and_forget
 from laneway.settings import Settings, get_settings
 
@@ -30,7 +31,7 @@ def chunk_task_ids(chunk_task_id: str, lane: str) -> list[str]:
     return [stage_task_id(chunk_task_id, s) for s in stages]
 
 
-def chunk_signature(chunk: Any, lane: str, settings: Settings | None = None):  # noqa: ANN201
+def chunk_signature(chunk: Any, lane: str, settings: Settings | None = None, app: Any = None):  # noqa: ANN201
     """The cpu lane runs a chunk in one task; the gpu lane keeps only the model stage on
     the gpu queue, with pre- and post-processing on cpu workers around it, starting from
     the chunk's current stage. Each task gets its lane's soft and hard time limits."""
@@ -44,6 +45,7 @@ def chunk_signature(chunk: Any, lane: str, settings: Settings | None = None):  #
     sigs = [
         signature(
             f"laneway.{stage}_chunk",
+            app=app,
             args=(chunk.id,),
             immutable=True,
             queue=STAGE_QUEUE[stage],
@@ -52,21 +54,23 @@ def chunk_signature(chunk: Any, lane: str, settings: Settings | None = None):  #
         )
         for stage in stages
     ]
-    return sigs[0] if len(sigs) == 1 else chain(*sigs)
+    return sigs[0] if len(sigs) == 1 else chain(*sigs, app=app)
 
 
 def dispatch_job(job_id: str, lane: str, chunks: Sequence[Any]) -> None:
     """Call only after the job's rows have committed: workers read them at once."""
-    settings = get_settings()
-    header = [chunk_signature(c, lane, settings) for c in chunks]
-    callback = signature("laneway.aggregate_job", args=(job_id,), immutable=True)
+    app = sending_app()
+    settings = app_settings()
+    header = [chunk_signature(c, lane, settings, app) for c in chunks]
+    callback = signature("laneway.aggregate_job", args=(job_id,), immutable=True, app=app)
     with fire_and_forget():  # nobody here waits on the result backend: Postgres is the truth
-        chord(header)(callback)
+        chord(header, app=app)(callback)
 
 
 def send_chunks(chunks: Sequence[tuple[Any, str]]) -> None:
     """Send chunks on their own (no chord): the reconciler's re-sends and split halves."""
-    settings = get_settings()
+    app = sending_app()
+    settings = app_settings()
     with fire_and_forget():
         for chunk, lane in chunks:
-            chunk_signature(chunk, lane, settings).apply_async()
+            chunk_signature(chunk, lane, settings, app).apply_async()

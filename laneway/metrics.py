@@ -47,9 +47,13 @@ def _choose_dir() -> Path | None:
 
 DIR = _choose_dir()
 
+# CollectorRegistry and generate_latest are imported from here (webapp/metrics.py), so that
+# prometheus_client is always loaded after the environment is set.
 from prometheus_client import (  # noqa: E402 - after the environment is set
+    CollectorRegistry,  # noqa: F401
     Counter,
     Histogram,
+    generate_latest,  # noqa: F401
     values,
 )
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402

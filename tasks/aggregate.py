@@ -9,7 +9,7 @@ from celery import shared_task
 
 from jobs.lifecycle import settle
 from laneway import tracing
-from laneway.celery_app import LanewayTask
+from laneway.celery_app import LanewayTask, app_settings
 
 
 @shared_task(name="laneway.aggregate_job", base=LanewayTask)
@@ -17,5 +17,5 @@ def aggregate_job(job_id: str) -> dict[str, Any]:
     # Usually a no-op by now: the job's last chunk settles it as it finishes. The callback
     # still counts when that chunk's worker died between its commit and its settle.
     tracing.set_attributes(job=job_id)
-    status = settle(uuid.UUID(job_id))
+    status = settle(uuid.UUID(job_id), app_settings())
     return {"job": job_id, "status": status, "finalized": status is not None}

@@ -91,7 +91,7 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
     work: Work | None = None
     halves: list[tuple[Chunk, str]] = []
     cancelled = False
-    with session_scope() as session:
+    with session_scope(app_settings()) as session:
         chunk = session.get(Chunk, chunk_id, with_for_update=True)
         if chunk is None or chunk.state not in OPEN_CHUNK_STATES:
             return None
@@ -128,13 +128,13 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
         if halves:
             after_commit(session, lambda: send_chunks(halves))
     if cancelled or (not halves and work is None):
-        settle(job_id)
+        settle(job_id, app_settings())
     return work
 
 
 def _hand_on(work: Work, next_stage: str, **fields: Any) -> None:
     """This stage is done: the chunk waits, queued, for `next_stage` on another worker."""
-    with session_scope() as session:
+    with session_scope(app_settings()) as session:
         session.execute(
             update(Chunk)
             .where(
@@ -174,7 +174,7 @@ def _finish(
     failed = [
         (idx, item_id, f) for (idx, item_id, _), f in zip(work.items, failures, strict=True) if f
     ]
-    with session_scope() as session:
+    with session_scope(app_settings()) as session:
         # Locked, then checked: a second copy of this chunk (a redelivery while the first
         # still ran) must not overwrite the results of a copy that already finished.
         chunk = session.get(Chunk, work.chunk_id, with_for_update=True)
@@ -190,18 +190,18 @@ def _finish(
     metrics.record_items(work.lane, len(rows), len(failed))
     if letters:
         dead_letter_alert(work.job_id, letters, failed[0][2].error)
-    settle(work.job_id)
+    settle(work.job_id, app_settings())
     return {"chunk": work.chunk_id, "items": len(rows), "failed": len(failed)}
 
 
 def _cancelled(work: Work) -> dict[str, Any]:
-    with session_scope() as session:
+    with session_scope(app_settings()) as session:
         session.execute(
             update(Chunk)
             .where(Chunk.id == work.chunk_id, Chunk.state.in_(OPEN_CHUNK_STATES))
             .values(state="cancelled", finished_at=utcnow())
         )
-    settle(work.job_id)
+    settle(work.job_id, app_settings())
     return {"chunk": work.chunk_id, "cancelled": True}
 
 
@@ -260,7 +260,7 @@ class CancelWatch:
         if time.monotonic() < self.next_db:
             return False
         self.next_db = time.monotonic() + self.db_every
-        with session_scope() as session:
+        with session_scope(app_settings()) as session:
             job = session.get(Job, self.job_id)
             return job is None or job.status in ("cancelling", "cancelled")
 
@@ -291,7 +291,7 @@ def _on_failure(
     retries = task.request.retries
     if retries < settings.chunk_retries:
         log.warning("chunk %s failed (%s); retry %s", work.chunk_id, exc, retries + 1)
-        with session_scope() as session:
+        with session_scope(app_settings()) as session:
             session.execute(
                 update(Chunk)
                 .where(Chunk.id == work.chunk_id, Chunk.state == "running")

@@ -21,7 +21,7 @@ log = logging.getLogger("jobs.outbox")
 
 @shared_task(name="laneway.scan_inbox", base=LanewayTask)
 def scan_inbox_task() -> dict[str, Any]:
-    outcomes = scan_inbox()
+    outcomes = scan_inbox(app_settings())
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1

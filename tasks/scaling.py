@@ -75,7 +75,7 @@ def _holds_nothing(app: Any, hostname: str) -> bool:
 
 @shared_task(name="laneway.scale_down", base=LanewayTask)
 def scale_down_task() -> dict[str, Any]:
-    return {"stopped": scale_down()}
+    return {"stopped": scale_down(app_settings())}
 
 
 @shared_task(name="laneway.lane_stats", base=LanewayTask)

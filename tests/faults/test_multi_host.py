@@ -27,10 +27,10 @@ from db.models import Chunk, Job, JobEvent
 from db.session import session_scope
 from jobs.submit import submit_job
 from laneway.broker import snapshot
+from laneway.celery_app import QUEUES
 from laneway.faults import stall_file
 from laneway.redis_conn import redis_client
 from tasks import app
-from laneway.celery_app import QUEUES
 from tests.e2e.procs import BIN, Proc, wait_for, worker_ready
 from tests.faults import netns
 from tests.faults.harness import (

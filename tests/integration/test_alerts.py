@@ -14,18 +14,16 @@ from tests.receiver import Receiver
 
 
 @pytest.fixture
-def alerting(settings, monkeypatch):
-    """Settings with a webhook; the send task reads the process settings, so set both."""
-    from laneway.settings import get_settings
+def alerting(settings, worker_app):
+    """Settings with a webhook, and the worker's Celery app built from them: the send task
+    reads the settings of the app it runs in."""
 
     def make(url: str):
-        monkeypatch.setenv("LANEWAY_ALERT_WEBHOOK_URL", url)
-        get_settings.cache_clear()
-        return replace(settings, alert_webhook_url=url, alert_interval=60)
+        configured = replace(settings, alert_webhook_url=url, alert_interval=60)
+        worker_app(configured)
+        return configured
 
-    yield make
-    monkeypatch.delenv("LANEWAY_ALERT_WEBHOOK_URL", raising=False)
-    get_settings.cache_clear()
+    return make
 
 
 def test_each_condition_alerts_once_per_interval(settings, alerting):

@@ -19,12 +19,11 @@ LABELS = ["shipping", "billing"]
 
 
 @pytest.fixture
-def cache_on(settings, monkeypatch):
-    """The workers' settings with the cache on (tests run with LANEWAY_CACHE_TTL=0)."""
-    import tasks.chunks
-
+def cache_on(settings, worker_app):
+    """The workers' settings with the cache on (tests run with LANEWAY_CACHE_TTL=0), and
+    the worker's app built from them."""
     on = dataclasses.replace(settings, cache_ttl=300)
-    monkeypatch.setattr(tasks.chunks, "get_settings", lambda: on)
+    worker_app(on)
     return on
 
 
@@ -127,14 +126,13 @@ def _model_figures(lane: str) -> dict[str, float]:
 
 
 def test_batch_sizes_are_the_batches_the_model_ran_not_the_chunks_size(
-    cache_on, migrated, monkeypatch
+    cache_on, migrated, monkeypatch, worker_app
 ):
-    import tasks.chunks
     from tasks.chunks import run_chunk
 
     # Shared by the operator's choice: the second job, another account's, finds it all.
     cache_on = dataclasses.replace(cache_on, cache_shared=True)
-    monkeypatch.setattr(tasks.chunks, "get_settings", lambda: cache_on)
+    worker_app(cache_on)
 
     cached_text = "where is my parcel (cached for the metrics test)"
     fresh = ["refund the second charge please", "the courier left it at the wrong door"]

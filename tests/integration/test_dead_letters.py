@@ -5,6 +5,7 @@ sending them back re-runs exactly them. Chunk tasks run in this process (`Task.a
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import func, select
@@ -13,7 +14,7 @@ from db.models import Chunk, DeadLetter, Job, JobEvent, Result
 from db.queries import chunk_items
 from db.session import session_scope
 from jobs.lifecycle import retry_dead_letters
-from laneway.settings import POISON_MARKER, get_settings
+from laneway.settings import POISON_MARKER
 from tasks.chunks import run_chunk
 from tests.factories import stored_job
 
@@ -28,19 +29,15 @@ TEXTS = [
 
 
 @pytest.fixture
-def faults(monkeypatch):
-    """Chunk tasks read the process settings: turn the poison fault on, then off again."""
+def faults(settings, worker_app):
+    """Chunk tasks read the settings of the app they run in: one with the poison fault on
+    (`set_faults(None)` builds one with it off again)."""
 
     def set_faults(value: str | None) -> None:
-        if value is None:
-            monkeypatch.delenv("LANEWAY_FAULTS", raising=False)
-        else:
-            monkeypatch.setenv("LANEWAY_FAULTS", value)
-        get_settings.cache_clear()
+        worker_app(replace(settings, faults=(value,) if value else ()))
 
     set_faults("poison")
-    yield set_faults
-    set_faults(None)
+    return set_faults
 
 
 def make_job(settings, texts) -> tuple[uuid.UUID, list[int]]:

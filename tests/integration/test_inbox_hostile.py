@@ -288,12 +288,12 @@ def test_control_characters_in_names_never_forge_a_line(inbox, account_factory, 
     assert jobs_of_account(account.id) == 1
 
 
-def test_the_beat_task_logs_names_escaped(inbox, account_factory, caplog, monkeypatch):
+def test_the_beat_task_logs_names_escaped(inbox, account_factory, caplog, monkeypatch, worker_app):
     from tasks.inbox import scan_inbox_task
 
     account, _ = account_factory()
     drop(inbox, account.name, "a\nb.csv", lines_csv(1))
-    monkeypatch.setattr("jobs.inbox.get_settings", lambda: inbox)
+    worker_app(inbox)
     with caplog.at_level(logging.INFO, logger="jobs.inbox"):
         result = scan_inbox_task.run()
     assert result["counts"] == {"rejected": 1}

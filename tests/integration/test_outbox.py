@@ -136,7 +136,7 @@ def test_a_jsonl_input_gets_jsonl_results_and_later_files_never_overwrite(s, acc
 
 @pytest.mark.parametrize("where", ["other account", "outside", "dangling"])
 def test_a_linked_outbox_folder_is_refused_and_nothing_written_through_it(
-    s, account_factory, tmp_path, where, monkeypatch
+    s, account_factory, tmp_path, where, monkeypatch, worker_app
 ):
     account, _ = account_factory()
     other, _ = account_factory()
@@ -151,7 +151,7 @@ def test_a_linked_outbox_folder_is_refused_and_nothing_written_through_it(
     with pytest.raises(Refused, match="symbolic link"):
         write_outbox(job_id, s)
     # The task says so, in its result and its log, and fails no further.
-    monkeypatch.setattr("tasks.inbox.get_settings", lambda: s)
+    worker_app(s)
     told = write_outbox_task.run(str(job_id))
     assert told["written"] is False and "symbolic link (never followed)" in told["refused"]
     assert not list(theirs.iterdir()) and not list(outside.iterdir())

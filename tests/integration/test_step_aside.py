@@ -64,11 +64,13 @@ def test_the_mark_is_written_at_most_every_quarter_hold(r):
     assert r.exists(busy_key("h3"))
 
 
-def test_a_chunk_leaves_its_wait_out_of_the_model_stage(settings, migrated, monkeypatch, caplog):
+def test_a_chunk_leaves_its_wait_out_of_the_model_stage(
+    settings, migrated, monkeypatch, caplog, worker_app
+):
     import tasks.chunks
 
     stepping = dataclasses.replace(settings, batch_yield_max=5.0)
-    monkeypatch.setattr(tasks.chunks, "get_settings", lambda: stepping)
+    worker_app(stepping)
     texts = ["my parcel is late", "I was charged twice", "cannot log in"]
     labels = ["shipping", "billing"]
     with caplog.at_level(logging.INFO, logger="tasks.chunks"):
@@ -95,16 +97,15 @@ def test_a_chunk_leaves_its_wait_out_of_the_model_stage(settings, migrated, monk
 
 
 @pytest.fixture
-def sharing(settings, migrated, monkeypatch):
+def sharing(settings, migrated, monkeypatch, worker_app):
     """Settings of a 2-core host whose batch worker never waits (only its threads change),
     with this process's torch threads put back afterwards."""
     import torch
 
-    import tasks.chunks
 
     before = torch.get_num_threads()
     shared = dataclasses.replace(settings, torch_threads=2, batch_yield_max=0.0)
-    monkeypatch.setattr(tasks.chunks, "get_settings", lambda: shared)
+    worker_app(shared)
     torch.set_num_threads(2)
     yield shared
     torch.set_num_threads(before)
@@ -132,12 +133,14 @@ def test_the_batch_side_gives_a_core_back_while_the_mark_stands_and_takes_it_aga
     assert watch.cores.changes == 2
 
 
-def test_a_cancelled_job_stops_at_once_even_while_the_host_is_busy(sharing, r, monkeypatch):
+def test_a_cancelled_job_stops_at_once_even_while_the_host_is_busy(
+    sharing, r, monkeypatch, worker_app
+):
     import tasks.chunks
     from jobs.lifecycle import cancel_key
 
     stepping = dataclasses.replace(sharing, batch_yield_max=30.0)
-    monkeypatch.setattr(tasks.chunks, "get_settings", lambda: stepping)
+    worker_app(stepping)
     job_id, _ = stored_job(stepping, ["one text"], prefix="c")
     BusyMark(r, hold=30).mark()
     r.set(cancel_key(job_id), "1", ex=60)

@@ -8,8 +8,7 @@ import logging
 import pytest
 import torch
 
-from inference import Encoder
-from inference import accuracy
+from inference import Encoder, accuracy
 from inference import precision as prec
 from inference.accuracy import Tolerance, compare, load_checked, load_sample
 from inference.ner import TokenClassifier

@@ -2,10 +2,14 @@
 
 import pytest
 
-from laneway.celery_app import TRANSIENT_ERRORS, chunk_time_limits, visibility_timeout
+from laneway.celery_app import (
+    TRANSIENT_ERRORS,
+    celery_config,
+    chunk_time_limits,
+    visibility_timeout,
+)
 from laneway.settings import Settings
 from tasks import app
-from laneway.celery_app import celery_config
 
 app.loader.import_default_modules()  # the task modules a worker imports (`include`)
 LANEWAY_TASKS = sorted(name for name in app.tasks if name.startswith("laneway."))
