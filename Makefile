@@ -47,7 +47,7 @@ $(COMPOSE): $(STAMP)
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/laneway demo examples/customer_messages.csv
 
-test: install $(COMPOSE) chromium nginx prometheus docs
+test: install lint $(COMPOSE) chromium nginx prometheus docs
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml) into var/site (git-ignored). --strict fails the build,
@@ -73,8 +73,11 @@ prometheus:
 screenshots: install chromium
 	HF_HUB_OFFLINE=1 LANEWAY_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q tests/e2e/test_browser.py
 
+# ruff, then the rooms' import contracts (pyproject.toml [tool.importlinter]): imports run
+# downward only, no room's modules form a cycle, inference/ knows no Celery or Flask.
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/throughput.py
