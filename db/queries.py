@@ -41,6 +41,7 @@ from db.models import (
     Result,
     Worker,
 )
+from laneway import pricing
 
 # A job is settled, and may be finalized, once none of its chunks is in these states.
 UNSETTLED_CHUNK_STATES = ("held", "queued", "running")
@@ -475,15 +476,14 @@ def job_cost(
         .group_by(Chunk.device)
     ).all()
     seconds = {"pre": 0.0, "model_cpu": 0.0, "model_gpu": 0.0, "post": 0.0}
+    by_stage = {"pre": 0.0, "model": 0.0, "post": 0.0}
     for device, pre, model, post in rows:
         seconds["pre"] += pre
         seconds["post"] += post
         seconds["model_gpu" if device == "cuda" else "model_cpu"] += model
-    by_stage = {
-        "pre": seconds["pre"] * cpu_price,
-        "model": seconds["model_cpu"] * cpu_price + seconds["model_gpu"] * gpu_price,
-        "post": seconds["post"] * cpu_price,
-    }
+        by_stage["pre"] += pricing.cost(pre, 0.0, device, cpu_price, gpu_price)
+        by_stage["model"] += pricing.cost(0.0, model, device, cpu_price, gpu_price)
+        by_stage["post"] += pricing.cost(post, 0.0, device, cpu_price, gpu_price)
     total = sum(by_stage.values())
     return {
         "currency": "USD",

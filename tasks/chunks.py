@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,29 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
     if cancelled or (not halves and work is None):
         settle(job_id, app_settings())
     return work
+
+
+def _claimed(stage: str) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., Any]]:
+    """Every chunk task's prologue: claim the chunk for `stage` (or skip it: cancelled,
+    settled, or another stage's), then run the body with the claimed work. The task keeps
+    the `(self, chunk_id)` signature its messages carry."""
+
+    def wrap(body: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
+        def task(self: Any, chunk_id: int) -> dict[str, Any]:
+            work = _claim(self, chunk_id, stage)
+            if work is None:
+                return {"chunk": chunk_id, "skipped": True}
+            return body(self, work, chunk_id)
+
+        task.__name__, task.__qualname__, task.__doc__ = (
+            body.__name__,
+            body.__qualname__,
+            body.__doc__,
+        )
+        task.__module__ = body.__module__
+        return task
+
+    return wrap
 
 
 def _hand_on(work: Work, next_stage: str, **fields: Any) -> None:
@@ -348,11 +371,9 @@ def _cached_run(
 
 
 @shared_task(name="laneway.run_chunk", bind=True, base=LanewayTask)
-def run_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
+@_claimed("run")
+def run_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
     """All three stages in one task (the cpu lane)."""
-    work = _claim(self, chunk_id, "run")
-    if work is None:
-        return {"chunk": chunk_id, "skipped": True}
     settings = app_settings()
     device = model_device(settings)
     started = time.perf_counter()
@@ -400,11 +421,9 @@ def _key(chunk_id: int, part: str) -> str:
 
 
 @shared_task(name="laneway.prep_chunk", bind=True, base=LanewayTask)
-def prep_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
+@_claimed("prep")
+def prep_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 1 on a cpu worker: clean and tokenize, hand the tokens over."""
-    work = _claim(self, chunk_id, "prep")
-    if work is None:
-        return {"chunk": chunk_id, "skipped": True}
     started = time.perf_counter()
     try:
         # The chunk's distinct texts the result cache lacks; the rest is known already.
@@ -428,11 +447,9 @@ def prep_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
 
 
 @shared_task(name="laneway.model_chunk", bind=True, base=LanewayTask)
-def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
+@_claimed("model")
+def model_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 2 on a gpu worker: only the model stage runs here."""
-    work = _claim(self, chunk_id, "model")
-    if work is None:
-        return {"chunk": chunk_id, "skipped": True}
     settings = app_settings()
     pipeline, r = get_pipeline(), redis_client(settings)
     device = model_device(settings)
@@ -465,11 +482,9 @@ def model_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
 
 
 @shared_task(name="laneway.post_chunk", bind=True, base=LanewayTask)
-def post_chunk(self: Any, chunk_id: int) -> dict[str, Any]:
+@_claimed("post")
+def post_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
     """gpu lane, stage 3 on a cpu worker: scores, entities, formatting, results."""
-    work = _claim(self, chunk_id, "post")
-    if work is None:
-        return {"chunk": chunk_id, "skipped": True}
     pipeline, r = get_pipeline(), redis_client(app_settings())
     started = time.perf_counter()
     try:

@@ -20,6 +20,7 @@ from sqlalchemy import and_, exists, or_, select, update
 from db.models import Chunk, Job, Worker
 from db.queries import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
 from db.session import after_commit, session_scope
+from jobs.lanes import alive_workers
 from jobs.lifecycle import attempt_limit, exhaust_chunk, release_held_jobs, settle
 from jobs.outbox import resend_lost_outbox
 from laneway.alerts import raise_alert
@@ -38,13 +39,7 @@ LIMIT_GRACE = 30
 
 def live_workers(settings: Settings) -> set[str]:
     """Worker instances that beat within `worker_dead_after` seconds and did not stop."""
-    since = utcnow() - timedelta(seconds=settings.worker_dead_after)
-    with session_scope(settings) as session:
-        return set(
-            session.scalars(
-                select(Worker.id).where(Worker.stopped_at.is_(None), Worker.last_seen_at >= since)
-            )
-        )
+    return {worker.id for worker in alive_workers(settings)}
 
 
 def mark_dead_workers(settings: Settings) -> list[str]:

@@ -17,12 +17,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, Result, Worker
-from db.queries import aware, iter_results, own_job, utcnow
+from db.queries import alive_workers, aware, iter_results, own_job, utcnow
 from db.session import session_factory
 from jobs.inputs import Limits
 from jobs.lifecycle import retry_dead_letters
 from jobs.results import csv_blocks, iso, jsonl_lines
-from laneway import usage
+from laneway import pricing, usage
 from laneway.celery_app import INTERACTIVE_QUEUES
 from laneway.settings import LANES, Settings
 
@@ -227,9 +227,8 @@ def _bucket(age_seconds: float) -> int | None:
 
 
 def _dollars(settings: Settings, cpu_seconds: float, model_seconds: float, device: str) -> float:
-    """CPU stages at the CPU price, the model stage at its device's (as a job's cost)."""
-    model_price = settings.gpu_price if device == "cuda" else settings.cpu_price
-    return cpu_seconds * settings.cpu_price + model_seconds * model_price
+    """The pricing rule a job's cost applies (laneway/pricing.py), at the settings' prices."""
+    return pricing.cost(cpu_seconds, model_seconds, device, settings.cpu_price, settings.gpu_price)
 
 
 def throughput(session: Session, now: datetime | None = None) -> dict[str, list[int]]:
@@ -307,12 +306,7 @@ def interactive_usage(
 
 def live_workers(session: Session, settings: Settings) -> list[dict[str, Any]]:
     """Worker processes heard from recently: queues, device, busy or idle and since when."""
-    alive_after = utcnow() - timedelta(seconds=settings.worker_dead_after)
-    rows = session.scalars(
-        select(Worker)
-        .where(Worker.stopped_at.is_(None), Worker.last_seen_at >= alive_after)
-        .order_by(Worker.hostname, Worker.started_at)
-    ).all()
+    rows = alive_workers(session, settings.worker_dead_after)
     return [
         {
             "hostname": w.hostname,

@@ -18,11 +18,13 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import update
+from sqlalchemy.orm import Session
 
 from db.models import Worker, WorkerEvent
 from db.queries import aware, utcnow
@@ -103,11 +105,17 @@ def ready(instance: str) -> None:
         )
 
 
+@contextmanager
+def _locked_row(instance: str) -> Iterator[tuple[Session, Worker | None]]:
+    """The worker's row, locked until the transaction commits (None once it is gone)."""
+    with session_scope() as session:
+        yield session, session.get(Worker, instance, with_for_update=True)
+
+
 def task_started(instance: str) -> None:
     """A chunk task starts in a pool process: count it, and close the idle period."""
     now = utcnow()
-    with session_scope() as session:
-        worker = session.get(Worker, instance, with_for_update=True)
+    with _locked_row(instance) as (session, worker):
         if worker is None:
             return
         idle_since = aware(worker.idle_since)
@@ -130,8 +138,7 @@ def task_started(instance: str) -> None:
 def task_finished(instance: str) -> None:
     """A chunk task ended: count it down; the first one ends a scale-up's cold start."""
     now = utcnow()
-    with session_scope() as session:
-        worker = session.get(Worker, instance, with_for_update=True)
+    with _locked_row(instance) as (_, worker):
         if worker is None:
             return
         worker.running_tasks = max(0, worker.running_tasks - 1)
