@@ -8,13 +8,24 @@ LANEWAY_DATABASE_URL (Postgres, psycopg 3) and LANEWAY_REDIS_URL.
 from __future__ import annotations
 
 import json
-import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 
 ACCOUNT_TYPES = ("demo", "trial", "standard", "enterprise")
 LANES = ("cpu", "gpu")
@@ -124,68 +135,6 @@ def _models(name: str) -> Callable[[str], dict[str, ModelSpec]]:
                 model, kind, path, max_length, tuple(labels) if labels else None
             )
         return models
-
-    return parse
-
-
-def _int(name: str, minimum: int = 0) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
-        if value < minimum:
-            raise SettingsError(f"{name} must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-def _float(name: str, minimum: float = 0.0, maximum: float = math.inf) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise SettingsError(f"{name} must be a number, got {raw!r}") from None
-        if math.isnan(value):
-            raise SettingsError(f"{name} must be a number, got {raw!r}")
-        if value < minimum:
-            raise SettingsError(f"{name} must be at least {minimum}, got {value}")
-        if value > maximum:
-            raise SettingsError(f"{name} must be at most {maximum}, got {value}")
-        return value
-
-    return parse
-
-
-def _nice(name: str) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
-        value = _int(name)(raw)
-        if value > 19:
-            raise SettingsError(f"{name} must be a niceness from 0 to 19, got {value}")
-        return value
-
-    return parse
-
-
-def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        value = raw.strip().lower()
-        if value not in choices:
-            raise SettingsError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
-        return value
-
-    return parse
-
-
-def _bool(name: str) -> Callable[[str], bool]:
-    def parse(raw: str) -> bool:
-        value = raw.strip().lower()
-        if value in ("1", "true", "yes", "on"):
-            return True
-        if value in ("0", "false", "no", "off"):
-            return False
-        raise SettingsError(f"{name} must be true or false, got {raw!r}")
 
     return parse
 
@@ -336,177 +285,381 @@ def _redis_url(name: str) -> Callable[[str], str]:
     return parse
 
 
-def _account_limits(
-    env: Mapping[str, str], max_items: int, max_upload_bytes: int
-) -> dict[str, AccountLimits]:
-    """Each account type's limits: LANEWAY_RATE_LIMIT_<TYPE>, LANEWAY_MAX_ITEMS_<TYPE> and
-    LANEWAY_MAX_UPLOAD_BYTES_<TYPE>, none above the fleet-wide ceilings."""
-    out = {}
-    for type_, (rate, items, upload) in DEFAULT_ACCOUNT_LIMITS.items():
-        suffix = type_.upper()
-        rate_var = f"LANEWAY_RATE_LIMIT_{suffix}"
-        if env.get(rate_var, "").strip():
-            rate = _rate_limit(rate_var)(env[rate_var])
-        sizes = []
-        for var, default, ceiling, ceiling_var in (
-            (f"LANEWAY_MAX_ITEMS_{suffix}", items, max_items, "LANEWAY_MAX_ITEMS"),
-            (
-                f"LANEWAY_MAX_UPLOAD_BYTES_{suffix}",
-                upload,
-                max_upload_bytes,
-                "LANEWAY_MAX_UPLOAD_BYTES",
-            ),
-        ):
-            if env.get(var, "").strip():
-                value = _int(var, 1)(env[var])
-                if value > ceiling:
-                    raise SettingsError(
-                        f"{var} ({value}) is above {ceiling_var} ({ceiling}), the ceiling "
-                        "for every account"
-                    )
-            else:
-                value = min(default or ceiling, ceiling)
-            sizes.append(value)
-        out[type_] = AccountLimits(rate, sizes[0], sizes[1])
-    return out
+def _parsed(parse: Callable[[str], Any]) -> BeforeValidator:
+    """Run a variable's own parser on text (the environment); leave values given in code."""
+    return BeforeValidator(lambda value: parse(value) if isinstance(value, str) else value)
 
 
-@dataclass(frozen=True)
-class Settings:
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _stripped(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def _anchors(raw: str) -> tuple[str, str]:
+    anchors = tuple(a.strip() for a in raw.split("|"))
+    if len(anchors) != 2 or not all(anchors):
+        raise SettingsError(
+            "LANEWAY_SCORE_ANCHORS must be 'positive description|negative description'"
+        )
+    return anchors  # type: ignore[return-value]
+
+
+def _secret_key(raw: str) -> str:
+    secret = raw.strip()
+    if secret and len(secret) < MIN_SECRET_KEY_CHARS:
+        raise SettingsError(
+            f"LANEWAY_SECRET_KEY must be at least {MIN_SECRET_KEY_CHARS} characters "
+            f"(it has {len(secret)}); try: python -c 'import secrets; "
+            "print(secrets.token_urlsafe(48))'"
+        )
+    return secret
+
+
+def _not_a_variable(raw: str) -> Any:
+    raise SettingsError(
+        "LANEWAY_ACCOUNT_LIMITS is not a variable: set LANEWAY_RATE_LIMIT_<TYPE>, "
+        "LANEWAY_MAX_ITEMS_<TYPE> or LANEWAY_MAX_UPLOAD_BYTES_<TYPE>"
+    )
+
+
+def _var(name: str) -> str:
+    return f"LANEWAY_{name.upper()}"
+
+
+# The types of the variables, each once: pydantic parses and bounds them, and from_env
+# turns its errors into a sentence naming the variable.
+Count = Annotated[int, Field(ge=1)]  # at least 1
+Natural = Annotated[int, Field(ge=0)]  # at least 0
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Csv = NoDecode  # comma-separated in the environment, not JSON
+Lanes = Literal["cpu", "gpu"]
+
+# Variables whose empty value means something (a task with no model, no gpu fallback);
+# any other empty or blank variable means "not set": its default applies.
+# Fields that follow from others (_derive): no variable sets them.
+DERIVED = frozenset({"embedded_redis", "account_limits"})
+KEEP_EMPTY = frozenset({"gpu_fallback", *(f"{task}_model" for task in TASKS)})
+
+
+class _Environment(EnvSettingsSource):
+    """The LANEWAY_* variables of os.environ, or of the mapping from_env was given."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        given = _ENVIRON.get()
+        if given is None:
+            return super()._load_env_vars()
+        return parse_env_vars(given, self.case_sensitive, False, None)
+
+
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("laneway_environ", default=None)
+
+
+class Settings(BaseSettings):
+    """Every setting: its LANEWAY_ variable, type, bound and default, read by pydantic-
+    settings (docs/configuration.md lists them). Frozen: `replace` makes a changed copy."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LANEWAY_",
+        frozen=True,
+        extra="ignore",
+        populate_by_name=True,
+        hide_input_in_errors=True,  # a secret (a URL's password, a webhook) is never echoed
+        validate_default=False,
+    )
+
     home: Path = Path("var")
-    database_url: str = ""
-    redis_url: str = ""
-    embedded_redis: bool = True
-    chunk_size: int = 256
-    gpu_threshold: int = 500
+    database_url: Annotated[str, _parsed(_database_url("LANEWAY_DATABASE_URL"))] = ""
+    redis_url: Annotated[str, _parsed(_redis_url("LANEWAY_REDIS_URL"))] = ""
+    embedded_redis: bool = True  # derived: no LANEWAY_REDIS_URL
+    chunk_size: Count = 256
+    gpu_threshold: Natural = 500
     # "measured": route by the lanes' measured costs once both are measured (the threshold
     # until then); "threshold": always LANEWAY_GPU_THRESHOLD (a fleet whose lanes must not
     # shift with what was measured, e.g. a test run).
-    routing: str = "measured"
-    gpu_fallback: str = ""
-    device: str = "auto"
-    batch_size: int = 32
-    torch_threads: int = field(default_factory=lambda: os.cpu_count() or 1)
-    worker_concurrency: int = 1
-    model_path: str = ""
-    max_length: int = 256
-    default_labels: tuple[str, ...] = DEFAULT_LABELS
-    max_items: int = 100_000
-    max_text_chars: int = 20_000
-    max_upload_bytes: int = 64 * 1024 * 1024
+    routing: Annotated[Literal["measured", "threshold"], BeforeValidator(_lower)] = "measured"
+    gpu_fallback: Annotated[Literal["", "cpu"], BeforeValidator(_lower)] = ""
+    device: Annotated[Literal["auto", "cpu", "cuda"], BeforeValidator(_lower)] = "auto"
+    batch_size: Count = 32
+    torch_threads: Count = Field(default_factory=lambda: os.cpu_count() or 1)
+    worker_concurrency: Count = 1
+    model_path: Annotated[str, BeforeValidator(_stripped)] = ""
+    max_length: Annotated[int, Field(ge=8)] = 256
+    default_labels: Annotated[tuple[str, ...], Csv, _parsed(_labels("LANEWAY_DEFAULT_LABELS"))] = (
+        DEFAULT_LABELS
+    )
+    max_items: Count = 100_000
+    max_text_chars: Count = 20_000
+    max_upload_bytes: Count = 64 * MIB
     # Lines in a row without an item a file may hold (a gzip file of newlines is refused).
-    max_blank_lines: int = 10_000
-    web_host: str = "127.0.0.1"
-    web_port: int = 8000
-    web_workers: int = 2
-    reconcile_interval: int = 30
-    chunk_timeout: int = 600
+    max_blank_lines: Count = 10_000
+    web_host: Annotated[str, BeforeValidator(_stripped)] = "127.0.0.1"
+    web_port: Count = 8000
+    web_workers: Count = 2
+    reconcile_interval: Count = 30
+    chunk_timeout: Annotated[int, Field(ge=5)] = 600
     # Per-lane overrides of chunk_timeout (0: use chunk_timeout).
-    chunk_timeout_cpu: int = 0
-    chunk_timeout_gpu: int = 0
-    chunk_retries: int = 2
-    max_chunk_attempts: int = 3
-    worker_heartbeat: int = 5
+    chunk_timeout_cpu: Annotated[int, Field(ge=5)] = 0
+    chunk_timeout_gpu: Annotated[int, Field(ge=5)] = 0
+    chunk_retries: Natural = 2
+    max_chunk_attempts: Count = 3
+    worker_heartbeat: Count = 5
     # Backpressure: a lane holds new jobs while its depth (queued + reserved + running
     # messages) is at this many; past hold_limit held items per lane the API answers 503.
-    lane_limit_cpu: int = 2000
-    lane_limit_gpu: int = 2000
-    hold_limit: int = 2_000_000
-    alert_webhook_url: str = field(default="", repr=False)
-    alert_depth: int = 1000
-    alert_interval: int = 300
-    faults: tuple[str, ...] = ()
+    lane_limit_cpu: Count = 2000
+    lane_limit_gpu: Count = 2000
+    hold_limit: Natural = 2_000_000
+    alert_webhook_url: Annotated[str, _parsed(_webhook_url("LANEWAY_ALERT_WEBHOOK_URL"))] = Field(
+        default="", repr=False
+    )
+    alert_depth: Count = 1000
+    alert_interval: Count = 300
+    faults: Annotated[tuple[str, ...], Csv, _parsed(_faults("LANEWAY_FAULTS"))] = ()
     # The gpu lane's elasticity: devices (empty: every CUDA device found), the idle time
     # after which a gpu worker is stopped (0: never) and who stops it: beat, or something
     # outside (KEDA's cool-down, or nothing where compose keeps it up); routing charges
     # that idle time to a job that starts gpu workers either way. Then the cpu workers the
     # fleet keeps up per machine.
-    gpu_devices: tuple[str, ...] = ()
-    gpu_idle_timeout: int = 300
-    gpu_scale_down: str = "beat"
-    cpu_workers: int = 1
+    gpu_devices: Annotated[tuple[str, ...], Csv, _parsed(_devices("LANEWAY_GPU_DEVICES"))] = ()
+    gpu_idle_timeout: Natural = 300
+    gpu_scale_down: Annotated[Literal["beat", "external"], BeforeValidator(_lower)] = "beat"
+    cpu_workers: Natural = 1
     # Seconds within which each account type expects a batch job done (cost routing).
-    deadline_standard: int = 900
-    deadline_enterprise: int = 8 * 3600
-    models: dict[str, ModelSpec] = field(
-        default_factory=lambda: {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding")}
+    deadline_standard: Count = 900
+    deadline_enterprise: Count = 8 * 3600
+    # The model registry (LANEWAY_MODELS, JSON) beside the packaged `minilm`, and the model
+    # each task runs (LANEWAY_<TASK>_MODEL; extract may have none: patterns only).
+    models: Annotated[dict[str, ModelSpec], NoDecode, _parsed(_models("LANEWAY_MODELS"))] = Field(
+        default_factory=dict
     )
-    task_models: dict[str, str] = field(
-        default_factory=lambda: {
-            "classify": DEFAULT_MODEL,
-            "score": DEFAULT_MODEL,
-            "extract": "",
-            "embed": DEFAULT_MODEL,
-        }
-    )
-    score_anchors: tuple[str, str] = (
+    classify_model: Annotated[str, BeforeValidator(_stripped)] = DEFAULT_MODEL
+    score_model: Annotated[str, BeforeValidator(_stripped)] = DEFAULT_MODEL
+    extract_model: Annotated[str, BeforeValidator(_stripped)] = ""
+    embed_model: Annotated[str, BeforeValidator(_stripped)] = DEFAULT_MODEL
+    score_anchors: Annotated[tuple[str, str], NoDecode, _parsed(_anchors)] = (
         "a positive, happy, satisfied message",
         "a negative, angry, disappointed complaint",
     )
-    cpu_price: float = 0.0002
-    gpu_price: float = 0.0015
+    cpu_price: Price = 0.0002
+    gpu_price: Price = 0.0015
     # The model's number format (inference/precision.py): auto is fp16 on CUDA, bf16 on a
     # CPU with native bf16, else fp32. LANEWAY_CUDA_HALF=false (deprecated) makes auto fp32
     # on CUDA.
-    precision: str = "auto"
+    precision: Annotated[Literal["auto", "fp32", "bf16", "fp16"], BeforeValidator(_lower)] = "auto"
     cuda_half: bool = True
-    account_limits: dict[str, AccountLimits] = field(
-        default_factory=lambda: _account_limits({}, 100_000, 64 * MIB)
+    # Each account type's requests per window, items per job and bytes per request
+    # (LANEWAY_RATE_LIMIT_<TYPE>, LANEWAY_MAX_ITEMS_<TYPE>, LANEWAY_MAX_UPLOAD_BYTES_<TYPE>;
+    # unset: DEFAULT_ACCOUNT_LIMITS), none above the fleet-wide ceilings; limits_for reads them.
+    rate_limit_demo: Annotated[str | None, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_DEMO"))] = None
+    rate_limit_trial: Annotated[str | None, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_TRIAL"))] = None
+    rate_limit_standard: Annotated[
+        str | None, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_STANDARD"))
+    ] = None
+    rate_limit_enterprise: Annotated[
+        str | None, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_ENTERPRISE"))
+    ] = None
+    max_items_demo: Count | None = None
+    max_items_trial: Count | None = None
+    max_items_standard: Count | None = None
+    max_items_enterprise: Count | None = None
+    max_upload_bytes_demo: Count | None = None
+    max_upload_bytes_trial: Count | None = None
+    max_upload_bytes_standard: Count | None = None
+    max_upload_bytes_enterprise: Count | None = None
+    # Derived from the twelve above (a test may give it whole); never a variable itself.
+    account_limits: Annotated[dict[str, AccountLimits], NoDecode, _parsed(_not_a_variable)] = Field(
+        default_factory=dict, repr=False
     )
-    anonymous_rate_limit: str = "120/minute"
+    anonymous_rate_limit: Annotated[str, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_ANONYMOUS"))] = (
+        Field(default="120/minute", validation_alias="LANEWAY_RATE_LIMIT_ANONYMOUS")
+    )
     # "" means generate one under LANEWAY_HOME on first use (webapp.security.secret_key).
-    secret_key: str = field(default="", repr=False)
+    secret_key: Annotated[str, _parsed(_secret_key)] = Field(default="", repr=False)
     secure_cookies: bool = True
     # Seconds a web sign-in lasts, however active (webapp/sessions.py); sign-out ends it sooner.
-    session_lifetime: int = 12 * 3600
+    session_lifetime: Annotated[int, Field(ge=60)] = 12 * 3600
     # Seconds a web process trusts an API key it looked up (webapp/keycache.py): the bound on
     # how long a revoked key or a changed account type goes on being honoured; 0: look up
     # every request.
-    auth_cache_seconds: float = 2.0
+    auth_cache_seconds: Annotated[float, Field(ge=0, le=AUTH_CACHE_MAX, allow_inf_nan=False)] = 2.0
     # The interactive path (issue 6): sync answers, the dynamic batcher, the result cache.
-    sync_max_items: int = 32
-    sync_timeout: float = 2.0
-    sync_max_wait: float = 30.0
+    sync_max_items: Count = 32
+    sync_timeout: Seconds = 2.0
+    sync_max_wait: Seconds = 30.0
     # Inputs per `POST /v1/embeddings` (OpenAI's own bound): sent as several interactive
     # requests of at most sync_max_items each and answered inline.
-    embeddings_max_inputs: int = 2048
+    embeddings_max_inputs: Count = 2048
     # Where the web app sends interactive requests: `auto` is the gpu lane's interactive
     # queue while a live worker serves it, else the cpu lane's.
-    interactive_lane: str = "auto"
+    interactive_lane: Annotated[Literal["auto", "cpu", "gpu"], BeforeValidator(_lower)] = "auto"
     # The lanes `laneway fleet` keeps an interactive worker for; () is cpu, plus gpu on a
     # machine with a CUDA device.
-    interactive_lanes: tuple[str, ...] = ()
-    interactive_threads: int = 32
-    batch_max: int = 64
-    batch_wait_ms: float = 50.0
-    cache_ttl: int = 300
+    interactive_lanes: Annotated[
+        tuple[Lanes, ...],
+        Csv,
+        _parsed(_distinct("LANEWAY_INTERACTIVE_LANES", "lanes", LANES, lower=True)),
+    ] = ()
+    interactive_threads: Count = 32
+    batch_max: Count = 64
+    batch_wait_ms: Seconds = 50.0
+    cache_ttl: Natural = 300
     # The result cache is per account unless an operator shares it (laneway/cache.py).
     cache_shared: bool = False
-    batch_nice: int = 10
+    batch_nice: Annotated[int, Field(ge=0, le=19)] = 10  # a niceness
     # The longest a cpu-lane batch worker waits, before each micro-batch, while an
     # interactive worker on its host is busy (laneway/yielding.py); 0: it never waits.
-    batch_yield_max: float = 10.0
-    web_threads: int = 32
-
+    batch_yield_max: Seconds = 10.0
+    web_threads: Count = 32
     # Monitoring: Prometheus at /metrics (off: 404), Flower's port, task cap and the link
     # the dashboard shows ("": http://<this host>:<flower_port>/).
     metrics: bool = True
-    flower_port: int = 5555
-    flower_max_tasks: int = 10_000
-    flower_url: str = ""
+    flower_port: Count = 5555
+    flower_max_tasks: Count = 10_000
+    flower_url: Annotated[str, _parsed(_webhook_url("LANEWAY_FLOWER_URL"))] = ""
+    # The nightly inbox: folders (default under LANEWAY_HOME), schedule (crontab, UTC), how
+    # long a file must rest unchanged, its limits, and the tasks its jobs run.
+    inbox_dir: Path | None = None
+    outbox_dir: Path | None = None
+    inbox_schedule: Annotated[str, _parsed(_crontab("LANEWAY_INBOX_SCHEDULE"))] = "0 2 * * *"
+    inbox_settle: Natural = 60
+    inbox_max_items: Count = 5_000_000
+    # Bytes per inbox file, counted inflated for a gzip file.
+    inbox_max_bytes: Count = 4 * 1024 * MIB
+    inbox_tasks: Annotated[
+        tuple[str, ...], Csv, _parsed(_distinct("LANEWAY_INBOX_TASKS", "tasks", TASKS))
+    ] = ("classify",)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, _Environment(settings_cls)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_unset(cls, data: Any) -> Any:
+        """An empty or blank variable means its default (but for KEEP_EMPTY's)."""
+        if not isinstance(data, dict):
+            return data
+        return {
+            k: v
+            for k, v in data.items()
+            if not (isinstance(v, str) and not v.strip()) or k in KEEP_EMPTY
+        }
+
+    @model_validator(mode="after")
+    def _derive(self) -> Settings:
+        """What follows from other settings: the folders and URLs under LANEWAY_HOME, the
+        embedded Redis, the registry's packaged model, each task's model, the per-account
+        limits under the fleet's ceilings."""
+        home = self.home.resolve()
+        folders = {}
+        for attr, default in (("inbox_dir", "inbox"), ("outbox_dir", "outbox")):
+            folder = (getattr(self, attr) or home / default).resolve()
+            if folder.exists() and not folder.is_dir():
+                raise SettingsError(f"{_var(attr)} must be a folder, got a file: {str(folder)!r}")
+            folders[attr] = folder
+        if self.model_path and not Path(self.model_path).is_dir():
+            raise SettingsError(
+                f"LANEWAY_MODEL_PATH must be a model directory: {self.model_path!r}"
+            )
+        # `minilm` is the default embedding model: the packaged weights or LANEWAY_MODEL_PATH.
+        models = {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding", self.model_path)}
+        models.update(self.models)
+        for task in TASKS:
+            var, name = f"LANEWAY_{task.upper()}_MODEL", getattr(self, f"{task}_model")
+            if not name:
+                if task != "extract":
+                    raise SettingsError(f"{var} must name a model; only extract may have none")
+                continue
+            if name not in models:
+                raise SettingsError(
+                    f"{var} names {name!r}, which is not in the model registry "
+                    f"(LANEWAY_MODELS): {', '.join(sorted(models))}"
+                )
+            if models[name].kind not in TASK_MODEL_KINDS[task]:
+                raise SettingsError(
+                    f"{var} names {name!r}, a {models[name].kind} model; {task} needs "
+                    f"{' or '.join(TASK_MODEL_KINDS[task])}"
+                )
+        for type_ in ACCOUNT_TYPES:
+            ceilings = {"max_items": self.max_items, "max_upload_bytes": self.max_upload_bytes}
+            for what, ceiling in ceilings.items():
+                value = getattr(self, f"{what}_{type_}")
+                if value is not None and value > ceiling:
+                    raise SettingsError(
+                        f"{_var(what)}_{type_.upper()} ({value}) is above {_var(what)} "
+                        f"({ceiling}), the ceiling for every account"
+                    )
+        derived = {
+            "home": home,
+            **folders,
+            "database_url": self.database_url or f"sqlite:///{home / 'laneway.db'}",
+            "embedded_redis": not self.redis_url,
+            "redis_url": self.redis_url or f"redis+socket://{home / 'redis.sock'}",
+            "models": models,
+            "account_limits": self.account_limits
+            or {type_: self._limits(type_) for type_ in ACCOUNT_TYPES},
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+        return self
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from LANEWAY_* variables (os.environ, or `environ`); raise
+        SettingsError naming a bad one."""
+        token = _ENVIRON.set(environ)
+        try:
+            return cls()
+        except ValidationError as exc:
+            raise _named(exc) from None
+        finally:
+            _ENVIRON.reset(token)
+
+    @classmethod
+    def variables(cls) -> list[str]:
+        """Every LANEWAY_ variable read (docs/configuration.md documents each)."""
+        names = [
+            field.validation_alias if isinstance(field.validation_alias, str) else _var(name)
+            for name, field in cls.model_fields.items()
+            if name not in DERIVED
+        ]
+        return [*names, "LANEWAY_HOME"] if "LANEWAY_HOME" not in names else names
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes` (what dataclasses.replace did for the old dataclass)."""
+        return self.model_copy(update=changes)
+
+    @property
+    def task_models(self) -> dict[str, str]:
+        return {task: getattr(self, f"{task}_model") for task in TASKS}
 
     def limits_for(self, account_type: str) -> AccountLimits:
         """The limits of an account type."""
         return self.account_limits[account_type]
 
-    inbox_dir: Path = Path("var/inbox")
-    outbox_dir: Path = Path("var/outbox")
-    inbox_schedule: str = "0 2 * * *"
-    inbox_settle: int = 60
-    inbox_max_items: int = 5_000_000
-    # Bytes per inbox file, counted inflated for a gzip file.
-    inbox_max_bytes: int = 4 * 1024 * MIB
-    inbox_tasks: tuple[str, ...] = ("classify",)
+    def _limits(self, account_type: str) -> AccountLimits:
+        """An account type's variables, or its defaults under the fleet's ceilings."""
+        rate, items, upload = DEFAULT_ACCOUNT_LIMITS[account_type]
+        given = (
+            getattr(self, f"rate_limit_{account_type}"),
+            getattr(self, f"max_items_{account_type}"),
+            getattr(self, f"max_upload_bytes_{account_type}"),
+        )
+        return AccountLimits(
+            given[0] or rate,
+            given[1] or min(items or self.max_items, self.max_items),
+            given[2] or min(upload or self.max_upload_bytes, self.max_upload_bytes),
+        )
 
     def model_for(self, task: str) -> ModelSpec | None:
         """The registry entry serving a task (None: extract runs on patterns alone)."""
@@ -556,224 +709,38 @@ class Settings:
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build settings from LANEWAY_* variables; raise SettingsError naming a bad one."""
-        env = os.environ if environ is None else environ
-        parsers: dict[str, tuple[str, Callable[[str], Any]]] = {
-            "chunk_size": ("LANEWAY_CHUNK_SIZE", _int("LANEWAY_CHUNK_SIZE", 1)),
-            "gpu_threshold": ("LANEWAY_GPU_THRESHOLD", _int("LANEWAY_GPU_THRESHOLD", 0)),
-            "routing": (
-                "LANEWAY_ROUTING",
-                _choice("LANEWAY_ROUTING", ("measured", "threshold")),
-            ),
-            "gpu_fallback": (
-                "LANEWAY_GPU_FALLBACK",
-                _choice("LANEWAY_GPU_FALLBACK", ("", "cpu")),
-            ),
-            "device": ("LANEWAY_DEVICE", _choice("LANEWAY_DEVICE", ("auto", "cpu", "cuda"))),
-            "precision": ("LANEWAY_PRECISION", _choice("LANEWAY_PRECISION", PRECISIONS)),
-            "batch_size": ("LANEWAY_BATCH_SIZE", _int("LANEWAY_BATCH_SIZE", 1)),
-            "torch_threads": ("LANEWAY_TORCH_THREADS", _int("LANEWAY_TORCH_THREADS", 1)),
-            "worker_concurrency": (
-                "LANEWAY_WORKER_CONCURRENCY",
-                _int("LANEWAY_WORKER_CONCURRENCY", 1),
-            ),
-            "max_length": ("LANEWAY_MAX_LENGTH", _int("LANEWAY_MAX_LENGTH", 8)),
-            "default_labels": ("LANEWAY_DEFAULT_LABELS", _labels("LANEWAY_DEFAULT_LABELS")),
-            "max_items": ("LANEWAY_MAX_ITEMS", _int("LANEWAY_MAX_ITEMS", 1)),
-            "max_text_chars": ("LANEWAY_MAX_TEXT_CHARS", _int("LANEWAY_MAX_TEXT_CHARS", 1)),
-            "max_upload_bytes": ("LANEWAY_MAX_UPLOAD_BYTES", _int("LANEWAY_MAX_UPLOAD_BYTES", 1)),
-            "max_blank_lines": ("LANEWAY_MAX_BLANK_LINES", _int("LANEWAY_MAX_BLANK_LINES", 1)),
-            "web_host": ("LANEWAY_WEB_HOST", str.strip),
-            "web_port": ("LANEWAY_WEB_PORT", _int("LANEWAY_WEB_PORT", 1)),
-            "web_workers": ("LANEWAY_WEB_WORKERS", _int("LANEWAY_WEB_WORKERS", 1)),
-            "model_path": ("LANEWAY_MODEL_PATH", str.strip),
-            "chunk_timeout": ("LANEWAY_CHUNK_TIMEOUT", _int("LANEWAY_CHUNK_TIMEOUT", 5)),
-            "reconcile_interval": (
-                "LANEWAY_RECONCILE_INTERVAL",
-                _int("LANEWAY_RECONCILE_INTERVAL", 1),
-            ),
-            "chunk_timeout_cpu": (
-                "LANEWAY_CHUNK_TIMEOUT_CPU",
-                _int("LANEWAY_CHUNK_TIMEOUT_CPU", 5),
-            ),
-            "chunk_timeout_gpu": (
-                "LANEWAY_CHUNK_TIMEOUT_GPU",
-                _int("LANEWAY_CHUNK_TIMEOUT_GPU", 5),
-            ),
-            "chunk_retries": ("LANEWAY_CHUNK_RETRIES", _int("LANEWAY_CHUNK_RETRIES", 0)),
-            "max_chunk_attempts": (
-                "LANEWAY_MAX_CHUNK_ATTEMPTS",
-                _int("LANEWAY_MAX_CHUNK_ATTEMPTS", 1),
-            ),
-            "worker_heartbeat": ("LANEWAY_WORKER_HEARTBEAT", _int("LANEWAY_WORKER_HEARTBEAT", 1)),
-            "lane_limit_cpu": ("LANEWAY_LANE_LIMIT_CPU", _int("LANEWAY_LANE_LIMIT_CPU", 1)),
-            "lane_limit_gpu": ("LANEWAY_LANE_LIMIT_GPU", _int("LANEWAY_LANE_LIMIT_GPU", 1)),
-            "hold_limit": ("LANEWAY_HOLD_LIMIT", _int("LANEWAY_HOLD_LIMIT", 0)),
-            "alert_webhook_url": (
-                "LANEWAY_ALERT_WEBHOOK_URL",
-                _webhook_url("LANEWAY_ALERT_WEBHOOK_URL"),
-            ),
-            "alert_depth": ("LANEWAY_ALERT_DEPTH", _int("LANEWAY_ALERT_DEPTH", 1)),
-            "alert_interval": ("LANEWAY_ALERT_INTERVAL", _int("LANEWAY_ALERT_INTERVAL", 1)),
-            "faults": ("LANEWAY_FAULTS", _faults("LANEWAY_FAULTS")),
-            "gpu_devices": ("LANEWAY_GPU_DEVICES", _devices("LANEWAY_GPU_DEVICES")),
-            "gpu_idle_timeout": ("LANEWAY_GPU_IDLE_TIMEOUT", _int("LANEWAY_GPU_IDLE_TIMEOUT", 0)),
-            "gpu_scale_down": (
-                "LANEWAY_GPU_SCALE_DOWN",
-                _choice("LANEWAY_GPU_SCALE_DOWN", ("beat", "external")),
-            ),
-            "cpu_workers": ("LANEWAY_CPU_WORKERS", _int("LANEWAY_CPU_WORKERS", 0)),
-            "deadline_standard": (
-                "LANEWAY_DEADLINE_STANDARD",
-                _int("LANEWAY_DEADLINE_STANDARD", 1),
-            ),
-            "deadline_enterprise": (
-                "LANEWAY_DEADLINE_ENTERPRISE",
-                _int("LANEWAY_DEADLINE_ENTERPRISE", 1),
-            ),
-            "inbox_schedule": ("LANEWAY_INBOX_SCHEDULE", _crontab("LANEWAY_INBOX_SCHEDULE")),
-            "inbox_settle": ("LANEWAY_INBOX_SETTLE", _int("LANEWAY_INBOX_SETTLE", 0)),
-            "inbox_max_items": ("LANEWAY_INBOX_MAX_ITEMS", _int("LANEWAY_INBOX_MAX_ITEMS", 1)),
-            "inbox_max_bytes": ("LANEWAY_INBOX_MAX_BYTES", _int("LANEWAY_INBOX_MAX_BYTES", 1)),
-            "inbox_tasks": (
-                "LANEWAY_INBOX_TASKS",
-                _distinct("LANEWAY_INBOX_TASKS", "tasks", TASKS),
-            ),
-            "sync_max_items": ("LANEWAY_SYNC_MAX_ITEMS", _int("LANEWAY_SYNC_MAX_ITEMS", 1)),
-            "sync_timeout": ("LANEWAY_SYNC_TIMEOUT", _float("LANEWAY_SYNC_TIMEOUT")),
-            "sync_max_wait": ("LANEWAY_SYNC_MAX_WAIT", _float("LANEWAY_SYNC_MAX_WAIT")),
-            "embeddings_max_inputs": (
-                "LANEWAY_EMBEDDINGS_MAX_INPUTS",
-                _int("LANEWAY_EMBEDDINGS_MAX_INPUTS", 1),
-            ),
-            "interactive_lane": (
-                "LANEWAY_INTERACTIVE_LANE",
-                _choice("LANEWAY_INTERACTIVE_LANE", ("auto", *LANES)),
-            ),
-            "interactive_lanes": (
-                "LANEWAY_INTERACTIVE_LANES",
-                _distinct("LANEWAY_INTERACTIVE_LANES", "lanes", LANES, lower=True),
-            ),
-            "interactive_threads": (
-                "LANEWAY_INTERACTIVE_THREADS",
-                _int("LANEWAY_INTERACTIVE_THREADS", 1),
-            ),
-            "batch_max": ("LANEWAY_BATCH_MAX", _int("LANEWAY_BATCH_MAX", 1)),
-            "batch_wait_ms": ("LANEWAY_BATCH_WAIT_MS", _float("LANEWAY_BATCH_WAIT_MS")),
-            "cache_ttl": ("LANEWAY_CACHE_TTL", _int("LANEWAY_CACHE_TTL", 0)),
-            "cache_shared": ("LANEWAY_CACHE_SHARED", _bool("LANEWAY_CACHE_SHARED")),
-            "session_lifetime": (
-                "LANEWAY_SESSION_LIFETIME",
-                _int("LANEWAY_SESSION_LIFETIME", 60),
-            ),
-            "auth_cache_seconds": (
-                "LANEWAY_AUTH_CACHE_SECONDS",
-                _float("LANEWAY_AUTH_CACHE_SECONDS", maximum=AUTH_CACHE_MAX),
-            ),
-            "batch_nice": ("LANEWAY_BATCH_NICE", _nice("LANEWAY_BATCH_NICE")),
-            "batch_yield_max": ("LANEWAY_BATCH_YIELD_MAX", _float("LANEWAY_BATCH_YIELD_MAX")),
-            "web_threads": ("LANEWAY_WEB_THREADS", _int("LANEWAY_WEB_THREADS", 1)),
-            "metrics": ("LANEWAY_METRICS", _bool("LANEWAY_METRICS")),
-            "flower_port": ("LANEWAY_FLOWER_PORT", _int("LANEWAY_FLOWER_PORT", 1)),
-            "flower_max_tasks": ("LANEWAY_FLOWER_MAX_TASKS", _int("LANEWAY_FLOWER_MAX_TASKS", 1)),
-            "flower_url": ("LANEWAY_FLOWER_URL", _webhook_url("LANEWAY_FLOWER_URL")),
-        }
-        values: dict[str, Any] = {}
-        for attr, (var, parse) in parsers.items():
-            raw = env.get(var)
-            if raw is not None and (raw.strip() or attr == "gpu_fallback"):
-                values[attr] = parse(raw)
 
-        for attr, var in (("cpu_price", "LANEWAY_CPU_PRICE"), ("gpu_price", "LANEWAY_GPU_PRICE")):
-            if env.get(var, "").strip():
-                values[attr] = _float(var)(env[var])
-        if env.get("LANEWAY_CUDA_HALF", "").strip():
-            values["cuda_half"] = _bool("LANEWAY_CUDA_HALF")(env["LANEWAY_CUDA_HALF"])
-        if env.get("LANEWAY_SCORE_ANCHORS", "").strip():
-            anchors = tuple(a.strip() for a in env["LANEWAY_SCORE_ANCHORS"].split("|"))
-            if len(anchors) != 2 or not all(anchors):
-                raise SettingsError(
-                    "LANEWAY_SCORE_ANCHORS must be 'positive description|negative description'"
-                )
-            values["score_anchors"] = anchors
-        model_path = values.get("model_path", "")
-        if model_path and not Path(model_path).is_dir():
-            raise SettingsError(f"LANEWAY_MODEL_PATH must be a model directory: {model_path!r}")
-        # `minilm` is the default embedding model: the packaged weights or LANEWAY_MODEL_PATH.
-        models = {DEFAULT_MODEL: ModelSpec(DEFAULT_MODEL, "embedding", model_path)}
-        if env.get("LANEWAY_MODELS", "").strip():
-            models.update(_models("LANEWAY_MODELS")(env["LANEWAY_MODELS"]))
-        values["models"] = models
-        task_models = dict(cls.__dataclass_fields__["task_models"].default_factory())
-        for task in TASKS:
-            var = f"LANEWAY_{task.upper()}_MODEL"
-            if var in env:
-                task_models[task] = env[var].strip()
-            name = task_models[task]
-            if not name:
-                if task != "extract":
-                    raise SettingsError(f"{var} must name a model; only extract may have none")
-                continue
-            if name not in models:
-                raise SettingsError(
-                    f"{var} names {name!r}, which is not in the model registry "
-                    f"(LANEWAY_MODELS): {', '.join(sorted(models))}"
-                )
-            if models[name].kind not in TASK_MODEL_KINDS[task]:
-                raise SettingsError(
-                    f"{var} names {name!r}, a {models[name].kind} model; {task} needs "
-                    f"{' or '.join(TASK_MODEL_KINDS[task])}"
-                )
-        values["task_models"] = task_models
+# How pydantic's errors read, with the variable named first.
+_MESSAGES = {
+    "int_parsing": "must be an integer, got {input!r}",
+    "int_from_float": "must be an integer, got {input!r}",
+    "int_type": "must be an integer, got {input!r}",
+    "float_parsing": "must be a number, got {input!r}",
+    "finite_number": "must be a number, got {input!r}",
+    "bool_parsing": "must be true or false, got {input!r}",
+    "greater_than_equal": "must be at least {ge}, got {input}",
+    "less_than_equal": "must be at most {le}, got {input}",
+    "literal_error": "must be one of {choices}, got {input!r}",
+}
 
-        values["account_limits"] = _account_limits(
-            env,
-            values.get("max_items", cls.max_items),
-            values.get("max_upload_bytes", cls.max_upload_bytes),
-        )
-        if env.get("LANEWAY_RATE_LIMIT_ANONYMOUS", "").strip():
-            values["anonymous_rate_limit"] = _rate_limit("LANEWAY_RATE_LIMIT_ANONYMOUS")(
-                env["LANEWAY_RATE_LIMIT_ANONYMOUS"]
-            )
-        secret = env.get("LANEWAY_SECRET_KEY", "").strip()
-        if secret and len(secret) < MIN_SECRET_KEY_CHARS:
-            raise SettingsError(
-                f"LANEWAY_SECRET_KEY must be at least {MIN_SECRET_KEY_CHARS} characters "
-                f"(it has {len(secret)}); try: python -c 'import secrets; "
-                "print(secrets.token_urlsafe(48))'"
-            )
-        values["secret_key"] = secret
-        if env.get("LANEWAY_SECURE_COOKIES", "").strip():
-            values["secure_cookies"] = _bool("LANEWAY_SECURE_COOKIES")(
-                env["LANEWAY_SECURE_COOKIES"]
-            )
 
-        home = Path(env.get("LANEWAY_HOME", "") or "var").resolve()
-        values["home"] = home
-        for attr, var, default in (
-            ("inbox_dir", "LANEWAY_INBOX_DIR", "inbox"),
-            ("outbox_dir", "LANEWAY_OUTBOX_DIR", "outbox"),
-        ):
-            folder = Path(env.get(var, "").strip() or home / default).resolve()
-            if folder.exists() and not folder.is_dir():
-                raise SettingsError(f"{var} must be a folder, got a file: {str(folder)!r}")
-            values[attr] = folder
-        db_raw = env.get("LANEWAY_DATABASE_URL", "").strip()
-        values["database_url"] = (
-            _database_url("LANEWAY_DATABASE_URL")(db_raw)
-            if db_raw
-            else f"sqlite:///{home / 'laneway.db'}"
-        )
-        redis_raw = env.get("LANEWAY_REDIS_URL", "").strip()
-        if redis_raw:
-            values["redis_url"] = _redis_url("LANEWAY_REDIS_URL")(redis_raw)
-            values["embedded_redis"] = False
-        else:
-            values["redis_url"] = f"redis+socket://{home / 'redis.sock'}"
-            values["embedded_redis"] = True
-        return cls(**values)
+def _named(exc: ValidationError) -> SettingsError:
+    """The first error as a sentence naming the variable (never echoing a secret: only
+    plain numbers, switches and choices are quoted)."""
+    error = exc.errors(include_url=False)[0]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, SettingsError):
+        return cause
+    loc = [str(part) for part in error["loc"]]
+    field = loc[0] if loc else ""
+    var = field if field.startswith("LANEWAY_") else _var(field)
+    ctx = dict(error.get("ctx") or {})
+    if error["type"] == "literal_error":
+        ctx["choices"] = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+    template = _MESSAGES.get(error["type"])
+    if template is None:
+        return SettingsError(f"{var}: {error['msg']}")
+    return SettingsError(f"{var} " + template.format(input=error.get("input"), **ctx))
 
 
 @lru_cache(maxsize=1)

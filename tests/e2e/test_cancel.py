@@ -4,7 +4,6 @@ the running chunk stops at its next micro-batch, the chunks not started are skip
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
@@ -24,7 +23,7 @@ def test_cancel_stops_the_running_chunk_between_micro_batches(
     account, key = account_factory("trial")
     # Chunks of 60 long texts, one text per micro-batch: a chunk runs for seconds.
     items = [(f"c{i}", f"{LONG_TEXT} #{i}") for i in range(180)]
-    job_id = submit_job(account, items, settings=replace(settings, chunk_size=60)).id
+    job_id = submit_job(account, items, settings=settings.replace(chunk_size=60)).id
     web, url = start_web(tmp_path)
     worker = cpu_worker(tmp_path, "cpu-cancel", env={"LANEWAY_BATCH_SIZE": "1"})
     try:

@@ -8,7 +8,6 @@ import json
 import socket
 import subprocess
 import time
-from dataclasses import replace
 
 import psutil
 import pytest
@@ -150,11 +149,11 @@ def test_gpu_work_at_zero_starts_workers_and_beat_stops_the_idle_one_not_the_bus
     # Two chunks wait: a long one (240 long texts) keeps one gpu worker busy for seconds,
     # a short one lets the other go idle.
     items = [(f"z{i}", f"{LONG_TEXT} #{i}") for i in range(240)]
-    job = submit_job(account, items, settings=replace(settings, chunk_size=240))
+    job = submit_job(account, items, settings=settings.replace(chunk_size=240))
     short = submit_job(
         account,
         [(f"q{i}", f"late parcel {i}") for i in range(50)],
-        settings=replace(settings, chunk_size=50),
+        settings=settings.replace(chunk_size=50),
     )
     assert job.lane == short.lane == "gpu" and job.routing["policy"] == "threshold"
     assert wait_final(settings, job.id, 240, fleet) == "succeeded"

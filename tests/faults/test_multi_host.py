@@ -13,7 +13,6 @@ a result row, the chunk or the job."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import time
@@ -145,7 +144,7 @@ def test_job_survives_losing_a_host(can_make_hosts, settings, migrated, account_
                 fwd, ports = host_forwarder(host, targets, tmp_path)
                 home = tmp_path / host.hostname
                 home.mkdir()
-                stalls[node] = stall_file(dataclasses.replace(settings, home=home))
+                stalls[node] = stall_file(settings.replace(home=home))
                 env = {
                     **ENV,
                     "LANEWAY_FAULTS": "stall",

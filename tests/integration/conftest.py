@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 
 import pytest
@@ -27,7 +26,7 @@ def make_app(settings, migrated):
     from webapp import create_app
 
     def make(**changes):
-        return create_app(dataclasses.replace(settings, **changes) if changes else settings)
+        return create_app(settings.replace(**changes) if changes else settings)
 
     return make
 

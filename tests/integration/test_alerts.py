@@ -3,8 +3,6 @@ runs in this process)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import redis
 
@@ -19,7 +17,7 @@ def alerting(settings, worker_app):
     reads the settings of the app it runs in."""
 
     def make(url: str):
-        configured = replace(settings, alert_webhook_url=url, alert_interval=60)
+        configured = settings.replace(alert_webhook_url=url, alert_interval=60)
         worker_app(configured)
         return configured
 
@@ -42,7 +40,7 @@ def test_each_condition_alerts_once_per_interval(settings, alerting):
 
 
 def test_no_webhook_no_alert(settings):
-    assert not raise_alert("dead_letter", "x", replace(settings, alert_webhook_url=""))
+    assert not raise_alert("dead_letter", "x", settings.replace(alert_webhook_url=""))
 
 
 def test_a_failing_webhook_raises_without_its_url(settings):

@@ -322,12 +322,10 @@ def full_cpu_lane(settings):
 def test_a_full_lane_holds_new_jobs_and_past_the_hold_limit_answers_503(
     settings, migrated, account_factory, full_cpu_lane
 ):
-    from dataclasses import replace
-
     from webapp import create_app
 
     _, key = account_factory("trial")
-    held_app = create_app(replace(settings, lane_limit_cpu=1, hold_limit=10, reconcile_interval=40))
+    held_app = create_app(settings.replace(lane_limit_cpu=1, hold_limit=10, reconcile_interval=40))
     response = held_app.test_client().post("/v1/jobs", json={"items": ITEMS}, headers=auth(key))
     assert response.status_code == 202 and response.json["status"] == "held"
     with session_scope(settings) as session:

@@ -3,7 +3,6 @@ and are all in Redis by the time that write is done (real Redis)."""
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 import redis
@@ -12,7 +11,7 @@ from laneway.cache import ResultCache, StoreBeside, cached_compute
 
 
 def _cache(settings) -> ResultCache:
-    on = dataclasses.replace(settings, cache_ttl=300)
+    on = settings.replace(cache_ttl=300)
     return ResultCache(redis.Redis.from_url(on.redis_url), on).scoped(7)
 
 

@@ -3,8 +3,6 @@ again, identical texts in a chunk are computed once, and what a chunk computed i
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import redis
 from prometheus_client import REGISTRY
@@ -22,7 +20,7 @@ LABELS = ["shipping", "billing"]
 def cache_on(settings, worker_app):
     """The workers' settings with the cache on (tests run with LANEWAY_CACHE_TTL=0), and
     the worker's app built from them."""
-    on = dataclasses.replace(settings, cache_ttl=300)
+    on = settings.replace(cache_ttl=300)
     worker_app(on)
     return on
 
@@ -131,7 +129,7 @@ def test_batch_sizes_are_the_batches_the_model_ran_not_the_chunks_size(
     from tasks.chunks import run_chunk
 
     # Shared by the operator's choice: the second job, another account's, finds it all.
-    cache_on = dataclasses.replace(cache_on, cache_shared=True)
+    cache_on = cache_on.replace(cache_shared=True)
     worker_app(cache_on)
 
     cached_text = "where is my parcel (cached for the metrics test)"

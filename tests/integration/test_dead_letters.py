@@ -5,7 +5,6 @@ sending them back re-runs exactly them. Chunk tasks run in this process (`Task.a
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 
 import pytest
 from sqlalchemy import func, select
@@ -34,7 +33,7 @@ def faults(settings, worker_app):
     (`set_faults(None)` builds one with it off again)."""
 
     def set_faults(value: str | None) -> None:
-        worker_app(replace(settings, faults=(value,) if value else ()))
+        worker_app(settings.replace(faults=(value,) if value else ()))
 
     set_faults("poison")
     return set_faults

@@ -4,7 +4,6 @@ state (busy or idle, and since when)."""
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -59,7 +58,7 @@ def test_throughput_and_cost_count_the_chunks_done_in_the_hour(db_session, setti
     # Oldest bucket first: 55-60 minutes ago ... 0-5 minutes ago.
     assert series["cpu"] == [0] * 10 + [10, 20]
     assert series["gpu"] == [10] + [0] * 11
-    priced = dataclasses.replace(settings, cpu_price=0.001, gpu_price=0.01)
+    priced = settings.replace(cpu_price=0.001, gpu_price=0.01)
     cost = jobviews.cost_per_item(db_session, priced, series, NOW)
     # Per chunk: 2 CPU seconds (pre and post) at the CPU price, 2 model seconds at its device's.
     assert cost["cpu"] == pytest.approx(3 * (2 * 0.001 + 2 * 0.001) / 30)
@@ -81,7 +80,7 @@ def test_interactive_lanes_come_from_the_workers_per_minute_counters(settings):
     usage.record(r, "interactive.cpu", 4, 0.25, 2.0, "cuda", now=at - 12 * 60)
     usage.record(r, "interactive.cpu", 100, 9.0, 9.0, "cpu", now=at - 61 * 60)
     assert 0 < r.ttl(usage.minute_key("interactive.cpu", int((at - 30) // 60))) <= usage.TTL
-    priced = dataclasses.replace(settings, cpu_price=0.001, gpu_price=0.01)
+    priced = settings.replace(cpu_price=0.001, gpu_price=0.01)
     series, cost = jobviews.interactive_usage(r, priced, NOW)
     assert series["interactive.cpu"] == [0] * 9 + [4, 0, 8]
     assert series["interactive.gpu"] == [0] * 12

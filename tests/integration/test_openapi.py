@@ -61,7 +61,7 @@ def _fuzz_app():
     # No interactive worker runs here: sync requests become jobs at once, not after 2 s.
     changes["sync_timeout"] = 0.0
     changes["sync_max_wait"] = 0.0
-    return create_app(dataclasses.replace(base, **changes))
+    return create_app(base.replace(**changes))
 
 
 schema = schemathesis.openapi.from_wsgi("/openapi.json", _fuzz_app())

@@ -127,25 +127,23 @@ def test_the_json_api_needs_no_csrf_token_and_ignores_the_session(browser, accou
 
 
 def test_the_secret_key_is_generated_once_and_kept(tmp_path, settings):
-    import dataclasses
 
     from webapp.security import secret_key
 
-    home = dataclasses.replace(settings, home=tmp_path, secret_key="")
+    home = settings.replace(home=tmp_path, secret_key="")
     first = secret_key(home)
     assert len(first) >= 32 and secret_key(home) == first
     assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
-    assert secret_key(dataclasses.replace(home, secret_key="x" * 40)) == "x" * 40
+    assert secret_key(home.replace(secret_key="x" * 40)) == "x" * 40
 
 
 def test_a_second_process_never_sees_a_key_being_written(tmp_path, settings, monkeypatch):
-    import dataclasses
     import secrets
     import threading
 
     from webapp.security import secret_key
 
-    home = dataclasses.replace(settings, home=tmp_path, secret_key="")
+    home = settings.replace(home=tmp_path, secret_key="")
     generate = secrets.token_urlsafe
     writing, finish = threading.Event(), threading.Event()
 

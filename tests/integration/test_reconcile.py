@@ -7,7 +7,6 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -306,7 +305,7 @@ def test_two_reconcilers_at_once_send_each_lost_chunk_once(settings, migrated, b
 
 
 def test_held_jobs_are_released_oldest_first_when_the_lane_has_room(settings, migrated, broker):
-    tight = replace(settings, lane_limit_cpu=2)
+    tight = settings.replace(lane_limit_cpu=2)
     first, first_chunks = make_job(settings, n_items=4, chunk_size=2, held=True)
     second, _ = make_job(settings, n_items=2, chunk_size=2, held=True)
     for _ in range(2):

@@ -4,8 +4,6 @@ fleets, and the routing each job records."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import redis
 
@@ -34,7 +32,7 @@ def test_only_live_gpu_workers_idle_past_the_timeout_are_scale_down_candidates(s
     cpu = add_worker(settings, ["cpu", "maintenance"], idle_for=120)
     dead = add_worker(settings, ["gpu"], idle_for=120, seen_ago=settings.worker_dead_after + 5)
     found = {
-        w.id: seconds for w, seconds in idle_gpu_workers(replace(settings, gpu_idle_timeout=60))
+        w.id: seconds for w, seconds in idle_gpu_workers(settings.replace(gpu_idle_timeout=60))
     }
     assert idle in found and found[idle] >= 120
     assert not {busy, recent, cpu, dead} & set(found)
@@ -48,10 +46,10 @@ def test_beat_stops_no_gpu_worker_when_something_else_does(settings, migrated, m
     asked = []
     # Asked whether it holds anything, the worker says it does: nothing is shut down.
     monkeypatch.setattr(tasks.scaling, "_holds_nothing", lambda _app, h: asked.append(h))
-    beat = replace(settings, gpu_idle_timeout=60)
+    beat = settings.replace(gpu_idle_timeout=60)
     assert tasks.scaling.scale_down(beat) == [] and hostname in asked
     asked.clear()
-    assert tasks.scaling.scale_down(replace(beat, gpu_scale_down="external")) == []
+    assert tasks.scaling.scale_down(beat.replace(gpu_scale_down="external")) == []
     assert asked == []
 
 
@@ -101,7 +99,7 @@ def test_fleets_report_their_devices_and_routing_reads_them(settings, migrated):
     publish_fleet(r, "host-a", 2)
     publish_fleet(r, "host-b", 1)
     assert fleet_gpu_devices(settings) == 3
-    assert fleet_gpu_devices(replace(settings, gpu_devices=("0",))) == 1  # the setting wins
+    assert fleet_gpu_devices(settings.replace(gpu_devices=("0",))) == 1  # the setting wins
     forget()
 
 
@@ -109,7 +107,7 @@ def test_each_job_records_how_its_lane_was_chosen(settings, migrated, account_fa
     from jobs.submit import submit_job
 
     account, _ = account_factory("enterprise")
-    settings = replace(settings, routing="measured")
+    settings = settings.replace(routing="measured")
     store_lane_stats(None, settings)
     threshold = submit_job(account, [(str(i), f"t{i}") for i in range(50)], settings=settings)
     mine = {
@@ -123,7 +121,7 @@ def test_each_job_records_how_its_lane_was_chosen(settings, migrated, account_fa
         pinned = submit_job(
             account,
             [(str(i), f"t{i}") for i in range(50)],
-            settings=replace(settings, routing="threshold"),
+            settings=settings.replace(routing="threshold"),
         )
     finally:
         store_lane_stats(None, settings)

@@ -4,7 +4,6 @@ leaves the wait out of its time and cost."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import time
@@ -69,7 +68,7 @@ def test_a_chunk_leaves_its_wait_out_of_the_model_stage(
 ):
     import tasks.chunks
 
-    stepping = dataclasses.replace(settings, batch_yield_max=5.0)
+    stepping = settings.replace(batch_yield_max=5.0)
     worker_app(stepping)
     texts = ["my parcel is late", "I was charged twice", "cannot log in"]
     labels = ["shipping", "billing"]
@@ -102,9 +101,8 @@ def sharing(settings, migrated, monkeypatch, worker_app):
     with this process's torch threads put back afterwards."""
     import torch
 
-
     before = torch.get_num_threads()
-    shared = dataclasses.replace(settings, torch_threads=2, batch_yield_max=0.0)
+    shared = settings.replace(torch_threads=2, batch_yield_max=0.0)
     worker_app(shared)
     torch.set_num_threads(2)
     yield shared
@@ -139,7 +137,7 @@ def test_a_cancelled_job_stops_at_once_even_while_the_host_is_busy(
     import tasks.chunks
     from jobs.lifecycle import cancel_key
 
-    stepping = dataclasses.replace(sharing, batch_yield_max=30.0)
+    stepping = sharing.replace(batch_yield_max=30.0)
     worker_app(stepping)
     job_id, _ = stored_job(stepping, ["one text"], prefix="c")
     BusyMark(r, hold=30).mark()

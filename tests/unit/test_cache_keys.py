@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from laneway.cache import (
     ResultCache,
     cache_key,
@@ -30,8 +28,8 @@ def test_keys_differ_by_model_task_parameters_and_text():
         key(s, "classify", ["a", "b"], "hello!"),
         key(s, "embed", [], "hello"),
         key(s, "score", [], "hello"),
-        key(dataclasses.replace(s, max_length=64), "classify", ["a", "b"], "hello"),
-        key(dataclasses.replace(s, score_anchors=("x", "y")), "score", [], "hello"),
+        key(s.replace(max_length=64), "classify", ["a", "b"], "hello"),
+        key(s.replace(score_anchors=("x", "y")), "score", [], "hello"),
     }
     assert base not in others and len(others) == 7
     # Labels do not matter to tasks that take none.
@@ -66,7 +64,7 @@ def test_entries_are_per_account_unless_shared():
     assert a != b
     mine = cache_key(task_identity(s, "embed", [], a), "hello")
     assert mine != cache_key(task_identity(s, "embed", [], b), "hello")
-    shared = dataclasses.replace(s, cache_shared=True)
+    shared = s.replace(cache_shared=True)
     assert cache_scope(shared, 1) == cache_scope(shared, 2)
 
 
