@@ -354,3 +354,61 @@ def test_precision_defaults_to_auto_and_reads_any_case():
     # The deprecated LANEWAY_CUDA_HALF stays readable next to it (inference.precision.choose).
     legacy = Settings.from_env({"LANEWAY_CUDA_HALF": "false"})
     assert (legacy.precision, legacy.cuda_half) == ("auto", False)
+
+
+# --- read by pydantic-settings: what a hurried operator types ----------------------------
+
+
+@pytest.mark.parametrize(
+    "var,value,message",
+    [
+        ("LANEWAY_SYNC_TIMEOUT", "nan", "must be a number"),
+        ("LANEWAY_SYNC_TIMEOUT", "inf", "must be a number"),
+        ("LANEWAY_CHUNK_SIZE", "1e3", "must be an integer"),
+        ("LANEWAY_CHUNK_SIZE", "12 items", "must be an integer"),
+        ("LANEWAY_AUTH_CACHE_SECONDS", "61", "at most 60"),
+        ("LANEWAY_METRICS", "enabled", "true or false"),
+        ("LANEWAY_ROUTING", "Cheapest", "must be one of measured, threshold"),
+        ("LANEWAY_ACCOUNT_LIMITS", '{"demo": 1}', "LANEWAY_RATE_LIMIT_<TYPE>"),
+    ],
+)
+def test_a_hurried_value_is_refused_naming_the_variable(var, value, message):
+    with pytest.raises(SettingsError, match=f"{var}.*{message}"):
+        Settings.from_env({var: value})
+
+
+def test_blank_values_mean_the_default_and_choices_ignore_case():
+    s = Settings.from_env(
+        {"LANEWAY_CHUNK_SIZE": "   ", "LANEWAY_DEVICE": " CPU ", "LANEWAY_METRICS": "OFF"}
+    )
+    assert (s.chunk_size, s.device, s.metrics) == (256, "cpu", False)
+
+
+def test_derived_settings_cannot_be_set_by_a_variable(tmp_path):
+    s = Settings.from_env({"LANEWAY_HOME": str(tmp_path), "LANEWAY_EMBEDDED_REDIS": "false"})
+    assert s.embedded_redis and s.redis_url == f"redis+socket://{tmp_path / 'redis.sock'}"
+
+
+def test_from_env_reads_only_the_mapping_it_is_given(monkeypatch):
+    monkeypatch.setenv("LANEWAY_CHUNK_SIZE", "7")
+    assert Settings.from_env({}).chunk_size == 256
+    assert Settings.from_env().chunk_size == 7
+
+
+def test_settings_are_frozen_and_replace_makes_a_changed_copy():
+    s = Settings.from_env({})
+    changed = s.replace(chunk_size=10)
+    assert (s.chunk_size, changed.chunk_size) == (256, 10)
+    with pytest.raises(ValueError, match="frozen"):
+        s.chunk_size = 3
+
+
+def test_a_bad_secret_is_named_but_never_echoed():
+    secret = "https://hooks.example/services/T000/B000/s3cr3tT0ken"
+    with pytest.raises(SettingsError, match="LANEWAY_ALERT_WEBHOOK_URL") as caught:
+        Settings.from_env({"LANEWAY_ALERT_WEBHOOK_URL": secret.replace("https://", "ftp://")})
+    assert "s3cr3tT0ken" not in str(caught.value)
+    short = "tooshortsecret"
+    with pytest.raises(SettingsError, match="LANEWAY_SECRET_KEY") as caught:
+        Settings.from_env({"LANEWAY_SECRET_KEY": short})
+    assert short not in str(caught.value)
