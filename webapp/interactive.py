@@ -1,7 +1,7 @@
 """Interactive endpoints: small requests answered inline, and an asynchronous pair.
 
 `POST /v1/classify` (score, extract, embed): up to LANEWAY_SYNC_MAX_ITEMS items, answered
-inline by the interactive workers (laneway/interactive.py). An answer not back within
+inline by the interactive workers (laneway/interactive_protocol.py). An answer not back within
 LANEWAY_SYNC_TIMEOUT seconds (or `Prefer: wait=N`) turns the request into a normal job in
 Postgres: `202` with the job's links, nothing lost. `POST /v1/inference` answers at once
 with a `task_id`; `GET /v1/result/<task_id>` says PENDING, SUCCESS or FAILURE (another
@@ -18,7 +18,7 @@ from flask import Blueprint, Response, abort, current_app, g, jsonify, request, 
 from jobs.inputs import InputError, Limits, json_items, parse_json_body, parse_labels
 from jobs.lifecycle import LaneFull
 from jobs.submit import parse_tasks, resolve_labels, submit_job
-from laneway import interactive as ia
+from laneway import interactive_protocol as ia
 from laneway.cache import ResultCache
 from laneway.settings import TASKS, Settings
 from webapp import interactive_client as ic

@@ -1,6 +1,6 @@
 """The web half of the interactive path: which lane a request goes to, the message that
 carries it (shared by the requests a process sends at the same moment) and the Redis
-client its thread waits on. The protocol itself is laneway/interactive.py.
+client its thread waits on. The protocol itself is laneway/interactive_protocol.py.
 
 Each object here is kept per process (and per app's settings): a gunicorn worker's
 threads share them, a forked process makes its own.
@@ -18,7 +18,7 @@ import redis
 from celery import Celery
 
 from jobs.lanes import alive_workers
-from laneway.interactive import TASK_NAME, Request
+from laneway.interactive_protocol import TASK_NAME, Request
 from laneway.redis_conn import client_url
 from laneway.settings import Settings
 

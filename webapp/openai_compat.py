@@ -24,7 +24,7 @@ import numpy as np
 from flask import Blueprint, Response, abort, current_app, g, jsonify, request
 
 from jobs.inputs import InputError, Limits, parse_json_body, text_items
-from laneway import interactive as ia
+from laneway import interactive_protocol as ia
 from laneway.settings import ModelSpec, Settings
 from webapp import interactive_client as ic
 from webapp.auth import app_settings, check_account

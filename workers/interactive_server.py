@@ -7,7 +7,7 @@ runs the batches: requests of the same tasks and labels share forward passes, id
 texts are computed once and the result cache is read and filled (laneway/cache.py). A batch
 that raises is split in halves until the failing items stand alone (laneway/isolate.py),
 so each item gets its own result or its own error, and no request is left waiting. Answers
-go back through Redis (the protocol: laneway/interactive.py). Once a batch's answers are
+go back through Redis (the protocol: laneway/interactive_protocol.py). Once a batch's answers are
 out, its figures go to Prometheus and to its lane's per-minute counters in Redis
 (laneway/usage.py, one round trip per batch): nothing about a request is written to Postgres.
 """
@@ -34,7 +34,7 @@ from laneway import metrics, tracing, usage
 from laneway.cache import cached_compute, process_cache
 from laneway.celery_app import app_settings
 from laneway.faults import model_stage_check
-from laneway.interactive import Request, answer, deliver, item_results
+from laneway.interactive_protocol import Request, answer, deliver, item_results
 from laneway.isolate import Failure, isolate
 from laneway.redis_conn import redis_client
 from laneway.settings import INTERACTIVE_PREFIX, Settings

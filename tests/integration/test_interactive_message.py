@@ -8,7 +8,7 @@ import json
 import redis
 
 from laneway.celery_app import make_celery
-from laneway.interactive import new_request
+from laneway.interactive_protocol import new_request
 from webapp.interactive_client import send_message
 
 

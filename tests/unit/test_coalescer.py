@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from laneway.interactive import new_request
+from laneway.interactive_protocol import new_request
 from webapp.interactive_client import Coalescer
 
 

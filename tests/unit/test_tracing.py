@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from laneway import tracing
-from laneway.interactive import Request, new_request
+from laneway.interactive_protocol import Request, new_request
 
 ENDPOINT = "http://collector:4318"
 
@@ -105,7 +105,7 @@ import json, sys
 from flask import Flask
 from webapp import create_app
 import tasks.app
-from laneway import interactive, tracing
+from laneway import interactive_protocol as interactive, tracing
 
 app = create_app()
 request = interactive.new_request(["embed"], [], [("1", "a text")], keep=False, account=1)
@@ -159,7 +159,7 @@ def test_asked_for_without_the_packages_it_names_the_extra(monkeypatch):
 ON = """
 import json, sys
 from opentelemetry import trace
-from laneway import interactive, tracing
+from laneway import interactive_protocol as interactive, tracing
 
 assert tracing.configure("laneway-test") and tracing.configure("laneway-test")
 tracer = trace.get_tracer("test")
