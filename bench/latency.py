@@ -11,8 +11,18 @@ an idle fleet and while a batch job runs on the same machine, against the bare m
 3. Loaded: a batch cpu worker (niceness LANEWAY_BATCH_NICE, a thread fewer while busy) runs a
    --batch-items job (trial account, cpu lane), and the same levels run again while it does.
 
-Every text is distinct and the result cache is off, so every request reaches the model.
-Runs on whatever LANEWAY_DATABASE_URL / LANEWAY_REDIS_URL name (Postgres and Redis needed).
+4. Peers (`--peers`, e.g. infinity-torch-bfloat16,infinity-optimum,litserve,ray): between
+   the idle and the loaded levels, Laneway's web and interactive worker stop and each peer
+   model server runs alone on the machine, started by the side-by-side harness
+   (../shared/peers: its servers, its request shapes, built by its install.sh under
+   /tmp/peers), through the same clients and levels, for every text set. `--task embed` asks
+   Laneway the peers' question (one embedding per request).
+
+Texts (`--texts`): `messages`, the sample customer messages (8-60 words, what a demo user
+sends), and `peers`, the harness's package summaries (shorter: what the peers' figures were
+taken with); every text is distinct and the result cache is off, so every request reaches
+the model. Runs on whatever LANEWAY_DATABASE_URL / LANEWAY_REDIS_URL name (Postgres and
+Redis needed).
 """
 
 from __future__ import annotations
@@ -75,25 +85,81 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-def run_level(
-    port: int, key: str, clients: int, seconds: float, prefix: str, pids: dict[str, int]
-) -> dict:
+class Laneway:
+    """One text per request to Laneway's interactive endpoint for `task`."""
+
+    def __init__(self, port: int, key: str, task: str) -> None:
+        self.name, self.port, self.task = "laneway", port, task
+        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    def w1(self, text: str) -> tuple[str, bytes]:
+        body: dict = {"items": [{"id": "1", "text": text}]}
+        if self.task == "classify":
+            body["labels"] = LABELS
+        return f"/v1/{self.task}", json.dumps(body).encode()
+
+
+class Texts:
+    """Distinct texts, handed out once each, from a list (repeated with a suffix when a
+    long run uses them all)."""
+
+    def __init__(self, base: list[str]) -> None:
+        self.base, self.n, self.lock = base, 0, threading.Lock()
+
+    def next(self) -> str:
+        with self.lock:
+            n, self.n = self.n, self.n + 1
+        text = self.base[n % len(self.base)]
+        return text if n < len(self.base) else f"{text} (again {n})"
+
+
+def message_texts() -> list[str]:
+    """The sample customer messages (examples/customer_messages.csv)."""
+    import csv
+
+    with open(ROOT / "examples" / "customer_messages.csv", newline="") as fh:
+        return [row["text"] for row in csv.DictReader(fh)]
+
+
+def peer_texts(n: int = 20000) -> list[str]:
+    """The side-by-side harness's texts: package summaries of six words or more from the
+    tool library's package list (../.library/env/packages/pypi.tsv), distinct."""
+    path = Path(os.environ.get("PEERS_TEXTS", ROOT.parent / ".library/env/packages/pypi.tsv"))
+    out, seen = [], set()
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        next(fh)
+        for line in fh:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= 5 and len(parts[4].split()) >= 6 and parts[4] not in seen:
+                seen.add(parts[4])
+                out.append(parts[4])
+                if len(out) >= n:
+                    break
+    return out
+
+
+def words(texts: list[str]) -> dict[str, float]:
+    counts = sorted(len(t.split()) for t in texts)
+    return {"median": statistics.median(counts), "p10": counts[len(counts) // 10],
+            "p90": counts[9 * len(counts) // 10]}  # fmt: skip
+
+
+def run_level(target, clients: int, seconds: float, texts: Texts, pids: dict[str, int]) -> dict:  # noqa: ANN001
     """`clients` threads, each on its own keep-alive connection, for `seconds`."""
     latencies: list[float] = []
     stages: list[dict[str, float]] = []
     errors: list[str] = []
     stop = time.perf_counter() + seconds
     lock = threading.Lock()
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    port, headers = target.port, target.headers
 
     def client(n: int) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         mine, mine_stages, i = [], [], 0
         while time.perf_counter() < stop:
-            text = f"{prefix} client {n} request {i}: I was charged twice for my order"
-            body = json.dumps({"items": [{"id": "1", "text": text}], "labels": LABELS})
+            path, body = target.w1(texts.next())
             started = time.perf_counter()
-            conn.request("POST", "/v1/classify", body, headers)
+            conn.request("POST", path, body, headers)
             response = conn.getresponse()
             data = response.read()
             elapsed = time.perf_counter() - started
@@ -122,6 +188,7 @@ def run_level(
     cpu_ms = {k: round(1000 * (cpu_after[k] - cpu_before[k]) / n, 2) for k in cpu_after}
     names = sorted({k for s in stages for k in s})
     return {
+        "system": target.name,
         "clients": clients,
         "requests": len(latencies),
         "errors": len(errors),
@@ -153,6 +220,17 @@ def start(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> subp
     )  # fmt: skip
 
 
+def load_peers_harness():  # noqa: ANN201
+    """../shared/peers/bench.py, by path (its name would clash with this bench/ package)."""
+    import importlib.util
+
+    path = ROOT.parent / "shared" / "peers" / "bench.py"
+    spec = importlib.util.spec_from_file_location("peers_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per level")
@@ -160,9 +238,16 @@ def main() -> None:
     parser.add_argument("--batch-items", type=int, default=20000)
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the cores)")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--task", default="classify", choices=("classify", "embed"))
+    parser.add_argument("--texts", default="messages", help="comma list of: messages, peers")
+    parser.add_argument("--peers", default="", help="comma list of the harness's systems")
+    parser.add_argument("--peers-model", default="/tmp/peers/model/all-MiniLM-L6-v2")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    sources = {"messages": message_texts, "peers": peer_texts}
+    text_sets = {name: sources[name]() for name in args.texts.split(",")}
+    peers = [x for x in args.peers.split(",") if x]
 
     import signal
     import socket
@@ -183,7 +268,64 @@ def main() -> None:
     logdir = Path(tempfile.mkdtemp(prefix="laneway-latency-"))
     env = {"LANEWAY_TORCH_THREADS": str(args.threads), "LANEWAY_CACHE_TTL": "0"}
     procs: list[subprocess.Popen] = []
-    report: dict = {"load_average_start": os.getloadavg(), "cpus": os.cpu_count()}
+    report: dict = {
+        "load_average_start": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "task": args.task,
+        "texts": {name: words(texts) for name, texts in text_sets.items()},
+    }
+    host = socket.gethostname()
+
+    def stop_all(which: list[subprocess.Popen]) -> None:
+        for proc in reversed(which):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in which:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def healthy() -> bool:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=5)
+            conn.request("GET", "/healthz")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+
+    def start_laneway() -> tuple[list[subprocess.Popen], dict[str, int]]:
+        """The web app and the interactive worker, up and warm."""
+        web = start("web", [str(BIN / "laneway"), "web", "--port", str(args.port)], env, logdir)
+        node = f"interactive-bench-{uuid.uuid4().hex[:4]}"
+        worker_argv = [str(BIN / "laneway"), "worker", "interactive", "--name", node]
+        worker = start(f"interactive-{node}", worker_argv, env, logdir)
+        procs.extend([web, worker])
+
+        def up() -> bool:
+            log = (logdir / f"interactive-{node}.log").read_bytes()
+            pong = app.control.ping(destination=[f"{node}@{host}"], timeout=0.5)
+            return bool(pong) and b"loaded in pid" in log
+
+        wait_for(up, 180, "the interactive worker")
+        wait_for(healthy, 120, "the web app")
+        return [web, worker], {"web": web.pid, "interactive worker": worker.pid}
+
+    def levels_for(target, pids: dict[str, int], label: str) -> dict[str, list[dict]]:  # noqa: ANN001
+        out = {}
+        for name, texts in text_sets.items():
+            source = Texts(texts)
+            run_level(target, 4, 2.0, source, pids)  # warm-up
+            out[name] = [run_level(target, c, args.seconds, source, pids) for c in levels]
+            for level in out[name]:
+                print(
+                    f"{label} {name} c={level['clients']}: p50 {level['p50_ms']} ms, "
+                    f"p99 {level['p99_ms']} ms, {level['requests_per_s']} req/s, "
+                    f"cpu/request {level['cpu_ms_per_request']}",
+                    flush=True,
+                )
+        return out
+
     try:
         bare = Bare(args.threads, LABELS, [16, 32, 64], load_texts(1000))
         texts = load_texts(4000)
@@ -196,44 +338,35 @@ def main() -> None:
         # Every request counts against the account's rate limit: lift it for the run.
         env["LANEWAY_RATE_LIMIT_TRIAL"] = "1000000/minute"
         env["LANEWAY_MAX_ITEMS_TRIAL"] = str(max(args.batch_items, 1000))
-        web_argv = [str(BIN / "laneway"), "web", "--port", str(args.port)]
-        procs.append(start("web", web_argv, env, logdir))
-        node = f"interactive-bench-{uuid.uuid4().hex[:4]}"
-        argv = [str(BIN / "laneway"), "worker", "interactive", "--name", node]
-        procs.append(start("interactive", argv, env, logdir))
-        host = socket.gethostname()
-
-        def up(name: str, log: str) -> bool:
-            return bool(app.control.ping(destination=[f"{name}@{host}"], timeout=0.5)) and (
-                b"loaded in pid" in (logdir / log).read_bytes()
-            )
-
-        wait_for(lambda: up(node, "interactive.log"), 180, "the interactive worker")
-
-        def healthy() -> bool:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=5)
-                conn.request("GET", "/healthz")
-                return conn.getresponse().status == 200
-            except OSError:
-                return False
-
-        wait_for(healthy, 120, "the web app")
-        pids = {"web": procs[0].pid, "interactive worker": procs[1].pid}
-        run_level(args.port, key, 4, 2.0, "warm-up", pids)
-        report["idle"] = [
-            run_level(args.port, key, c, args.seconds, f"idle {c}", pids) for c in levels
-        ]
+        target = Laneway(args.port, key, args.task)
+        serving, pids = start_laneway()
+        report["idle"] = levels_for(target, pids, "laneway idle")
         bare.run(texts[2000:])
         report["bare_items_per_s"] = round(bare.items / bare.seconds, 1)
         report["bare_batch_size"] = bare.batch_size
         del bare
-        print(json.dumps(report["idle"], indent=1), flush=True)
+
+        if peers:
+            # Each peer alone on the machine: Laneway's processes stop first.
+            stop_all(serving)
+            harness = load_peers_harness()
+            report["peers"] = {}
+            for name in peers:
+                peer = harness.peer_for(name, args.peers_model, logdir)
+                try:
+                    started = peer.start()
+                    print(f"{name} up in {started:.0f} s", flush=True)
+                    report["peers"][name] = levels_for(
+                        peer.target, {name: peer.proc.pid}, f"{name} idle"
+                    )
+                finally:
+                    peer.stop()
+            serving, pids = start_laneway()
 
         batch_node = f"cpu-bench-{uuid.uuid4().hex[:4]}"
         batch_argv = [str(BIN / "laneway"), "worker", "cpu", "--name", batch_node]
         procs.append(start("batch", batch_argv, env, logdir))
-        pids["batch worker"] = procs[2].pid
+        pids["batch worker"] = procs[-1].pid
         job_texts = load_texts(args.batch_items)
         items = [(f"b{i}", t) for i, t in enumerate(job_texts)]
         job = submit_job(batch_account, items, settings=settings)
@@ -244,36 +377,18 @@ def main() -> None:
                 return session.query(Chunk).filter_by(job_id=job.id, state="done").count() > 0
 
         wait_for(chunk_done, 300, "the batch job under way")
-        report["loaded"] = [
-            run_level(args.port, key, c, args.seconds, f"loaded {c}", pids) for c in levels
-        ]
+        report["loaded"] = levels_for(target, pids, "laneway loaded")
         with session_scope(settings) as session:
             status = session.get(Job, job.id).status
             done = session.query(Chunk).filter_by(job_id=job.id, state="done").count()
             total = session.query(Chunk).filter_by(job_id=job.id).count()
         report["batch_job"].update(status_after=status, chunks_done=f"{done}/{total}")
         report["load_average_end"] = os.getloadavg()
-        idle, loaded = report["idle"], report["loaded"]
-        report["loaded_over_idle_p99"] = {
-            str(i["clients"]): round(lo["p99_ms"] / i["p99_ms"], 2)
-            for i, lo in zip(idle, loaded, strict=True)
-        }
-        top = max(idle, key=lambda x: x["clients"])
-        report["top_clients_over_bare"] = round(
-            top["requests_per_s"] / report["bare_items_per_s"], 3
-        )
         print(json.dumps(report, indent=1))
         if args.out:
             Path(args.out).write_text(json.dumps(report, indent=1))
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_all(procs)
         try:
             from jobs.lifecycle import cancel_job
 
