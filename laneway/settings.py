@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, Strict, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -336,6 +336,21 @@ Natural = Annotated[int, Field(ge=0)]  # at least 0
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Csv = NoDecode  # comma-separated in the environment, not JSON
+# A switch reads 1/true/yes/on or 0/false/no/off, any case, blanks around it ignored; strict
+# past that, so pydantic's own extras (t, f, y, n) are refused as they always were.
+_SWITCHES = {"1": True, "true": True, "yes": True, "on": True}
+_SWITCHES |= {"0": False, "false": False, "no": False, "off": False}
+
+
+def _switch(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SWITCHES.get(value.strip().lower(), value)
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    return value
+
+
+Switch = Annotated[bool, Strict(), BeforeValidator(_switch)]
 Lanes = Literal["cpu", "gpu"]
 
 # Variables whose empty value means something (a task with no model, no gpu fallback);
@@ -350,9 +365,12 @@ class _Environment(EnvSettingsSource):
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
         given = _ENVIRON.get()
-        if given is None:
-            return super()._load_env_vars()
-        return parse_env_vars(given, self.case_sensitive, False, None)
+        environ = os.environ if given is None else given
+        # Names match as the shell spells them: laneway_chunk_size is not LANEWAY_CHUNK_SIZE
+        # (pydantic-settings, case-insensitive, would read either). Blank values are kept
+        # here; _blank_is_unset decides which of them mean the default.
+        named = {k: v for k, v in environ.items() if k.startswith("LANEWAY_") and k.isupper()}
+        return parse_env_vars(named, self.case_sensitive, False, None)
 
 
 _ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("laneway_environ", default=None)
@@ -449,7 +467,7 @@ class Settings(BaseSettings):
     # CPU with native bf16, else fp32. LANEWAY_CUDA_HALF=false (deprecated) makes auto fp32
     # on CUDA.
     precision: Annotated[Literal["auto", "fp32", "bf16", "fp16"], BeforeValidator(_lower)] = "auto"
-    cuda_half: bool = True
+    cuda_half: Switch = True
     # Each account type's requests per window, items per job and bytes per request
     # (LANEWAY_RATE_LIMIT_<TYPE>, LANEWAY_MAX_ITEMS_<TYPE>, LANEWAY_MAX_UPLOAD_BYTES_<TYPE>;
     # unset: DEFAULT_ACCOUNT_LIMITS), none above the fleet-wide ceilings; limits_for reads them.
@@ -478,7 +496,7 @@ class Settings(BaseSettings):
     )
     # "" means generate one under LANEWAY_HOME on first use (webapp.security.secret_key).
     secret_key: Annotated[str, _parsed(_secret_key)] = Field(default="", repr=False)
-    secure_cookies: bool = True
+    secure_cookies: Switch = True
     # Seconds a web sign-in lasts, however active (webapp/sessions.py); sign-out ends it sooner.
     session_lifetime: Annotated[int, Field(ge=60)] = 12 * 3600
     # Seconds a web process trusts an API key it looked up (webapp/keycache.py): the bound on
@@ -507,7 +525,7 @@ class Settings(BaseSettings):
     batch_wait_ms: Seconds = 50.0
     cache_ttl: Natural = 300
     # The result cache is per account unless an operator shares it (laneway/cache.py).
-    cache_shared: bool = False
+    cache_shared: Switch = False
     batch_nice: Annotated[int, Field(ge=0, le=19)] = 10  # a niceness
     # The longest a cpu-lane batch worker waits, before each micro-batch, while an
     # interactive worker on its host is busy (laneway/yielding.py); 0: it never waits.
@@ -515,7 +533,7 @@ class Settings(BaseSettings):
     web_threads: Count = 32
     # Monitoring: Prometheus at /metrics (off: 404), Flower's port, task cap and the link
     # the dashboard shows ("": http://<this host>:<flower_port>/).
-    metrics: bool = True
+    metrics: Switch = True
     flower_port: Count = 5555
     flower_max_tasks: Count = 10_000
     flower_url: Annotated[str, _parsed(_webhook_url("LANEWAY_FLOWER_URL"))] = ""
@@ -718,10 +736,23 @@ _MESSAGES = {
     "float_parsing": "must be a number, got {input!r}",
     "finite_number": "must be a number, got {input!r}",
     "bool_parsing": "must be true or false, got {input!r}",
+    "bool_type": "must be true or false, got {input!r}",
     "greater_than_equal": "must be at least {ge}, got {input}",
     "less_than_equal": "must be at most {le}, got {input}",
     "literal_error": "must be one of {choices}, got {input!r}",
 }
+# A variable whose bound reads better in its own words.
+_FIELD_MESSAGES = {
+    ("batch_nice", "less_than_equal"): "must be a niceness from 0 to 19, got {input}"
+}
+
+
+def _as_number(raw: Any, bound: Any) -> Any:
+    """The number an out-of-bounds variable was read as (` 42 ` as 42, `1e2` as 100.0)."""
+    try:
+        return float(raw) if isinstance(bound, float) else int(raw)
+    except (TypeError, ValueError):
+        return raw
 
 
 def _named(exc: ValidationError) -> SettingsError:
@@ -737,10 +768,13 @@ def _named(exc: ValidationError) -> SettingsError:
     ctx = dict(error.get("ctx") or {})
     if error["type"] == "literal_error":
         ctx["choices"] = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
-    template = _MESSAGES.get(error["type"])
+    value = error.get("input")
+    if error["type"] in ("greater_than_equal", "less_than_equal"):
+        value = _as_number(value, ctx.get("ge", ctx.get("le")))
+    template = _FIELD_MESSAGES.get((field, error["type"])) or _MESSAGES.get(error["type"])
     if template is None:
         return SettingsError(f"{var}: {error['msg']}")
-    return SettingsError(f"{var} " + template.format(input=error.get("input"), **ctx))
+    return SettingsError(f"{var} " + template.format(input=value, **ctx))
 
 
 @lru_cache(maxsize=1)

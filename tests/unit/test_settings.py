@@ -412,3 +412,45 @@ def test_a_bad_secret_is_named_but_never_echoed():
     with pytest.raises(SettingsError, match="LANEWAY_SECRET_KEY") as caught:
         Settings.from_env({"LANEWAY_SECRET_KEY": short})
     assert short not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "value,expected", [(" TRUE ", True), ("Off", False), ("1", True), ("no", False)]
+)
+def test_a_switch_reads_as_it_always_did(value, expected):
+    assert Settings.from_env({"LANEWAY_METRICS": value}).metrics is expected
+
+
+@pytest.mark.parametrize("value", ["t", "f", "y", "n", "enabled"])
+def test_a_switch_refuses_what_it_always_refused(value):
+    with pytest.raises(
+        SettingsError, match=f"LANEWAY_CACHE_SHARED must be true or false, got '{value}'"
+    ):
+        Settings.from_env({"LANEWAY_CACHE_SHARED": value})
+
+
+def test_variable_names_match_as_the_shell_spells_them(monkeypatch):
+    assert (
+        Settings.from_env({"laneway_chunk_size": "7", "Laneway_Chunk_Size": "8"}).chunk_size == 256
+    )
+    monkeypatch.delenv("LANEWAY_CHUNK_SIZE", raising=False)
+    monkeypatch.setenv("laneway_chunk_size", "7")
+    assert Settings.from_env().chunk_size == 256
+
+
+@pytest.mark.parametrize(
+    "var,value,message",
+    [
+        ("LANEWAY_BATCH_NICE", "20", "LANEWAY_BATCH_NICE must be a niceness from 0 to 19, got 20"),
+        ("LANEWAY_BATCH_NICE", "-1", "LANEWAY_BATCH_NICE must be at least 0, got -1"),
+        (
+            "LANEWAY_SESSION_LIFETIME",
+            " 42 ",
+            "LANEWAY_SESSION_LIFETIME must be at least 60, got 42$",
+        ),
+        ("LANEWAY_AUTH_CACHE_SECONDS", "1e2", r"at most 60.0, got 100.0$"),
+    ],
+)
+def test_an_out_of_bounds_number_is_quoted_as_read(var, value, message):
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env({var: value})
