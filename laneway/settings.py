@@ -646,12 +646,11 @@ class Settings(BaseSettings):
     @classmethod
     def variables(cls) -> list[str]:
         """Every LANEWAY_ variable read (docs/configuration.md documents each)."""
-        names = [
+        return [
             field.validation_alias if isinstance(field.validation_alias, str) else _var(name)
             for name, field in cls.model_fields.items()
             if name not in DERIVED
         ]
-        return [*names, "LANEWAY_HOME"] if "LANEWAY_HOME" not in names else names
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with `changes` (what dataclasses.replace did for the old dataclass)."""
