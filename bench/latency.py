@@ -235,7 +235,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per level")
     parser.add_argument("--levels", default="1,8,64")
-    parser.add_argument("--batch-items", type=int, default=20000)
+    parser.add_argument(
+        "--batch-items", type=int, default=20000, help="the batch job's items (0: idle only)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the cores)")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--task", default="classify", choices=("classify", "embed"))
@@ -363,6 +365,9 @@ def main() -> None:
                     peer.stop()
             serving, pids = start_laneway()
 
+        if args.batch_items <= 0:  # the idle levels only
+            finish(report, args.out)
+            return
         batch_node = f"cpu-bench-{uuid.uuid4().hex[:4]}"
         batch_argv = [str(BIN / "laneway"), "worker", "cpu", "--name", batch_node]
         procs.append(start("batch", batch_argv, env, logdir))
@@ -383,10 +388,7 @@ def main() -> None:
             done = session.query(Chunk).filter_by(job_id=job.id, state="done").count()
             total = session.query(Chunk).filter_by(job_id=job.id).count()
         report["batch_job"].update(status_after=status, chunks_done=f"{done}/{total}")
-        report["load_average_end"] = os.getloadavg()
-        print(json.dumps(report, indent=1))
-        if args.out:
-            Path(args.out).write_text(json.dumps(report, indent=1))
+        finish(report, args.out)
     finally:
         stop_all(procs)
         try:
@@ -397,6 +399,13 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - best effort
             print(f"could not cancel the batch job: {exc}", file=sys.stderr)
         print(f"logs in {logdir}", file=sys.stderr)
+
+
+def finish(report: dict, out: str | None) -> None:
+    report["load_average_end"] = os.getloadavg()
+    print(json.dumps(report, indent=1))
+    if out:
+        Path(out).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

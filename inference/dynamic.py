@@ -184,6 +184,14 @@ class DynamicBatcher:
         self._thread.start()
         return self
 
+    def drain(self) -> list[Pending]:
+        """Take every request not yet in a batch, unsettled, for the caller to settle (put
+        back where it came from, say); a batch already running finishes."""
+        with self.cond:
+            left, self.pending = self.pending, []
+            self._count(-len(left))
+        return left
+
     def stop(self) -> None:
         with self.cond:
             self._stop = True

@@ -3,7 +3,8 @@
 Kombu's Redis transport keeps a queue's waiting messages in lists (one per priority step)
 and every delivered but unacknowledged message (prefetched, reserved or running: Laneway
 acks late) in the `unacked` hash, with its delivery time in `unacked_index`. A bare list
-length misses the second part, so depth counts both.
+length misses the second part, so depth counts both. An interactive queue's depth also
+counts the requests waiting on its lane's request list (laneway/interactive_protocol.py).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 import redis
 
 from laneway.celery_app import QUEUES
+from laneway.interactive_protocol import requests_key
 from laneway.redis_conn import redis_client
-from laneway.settings import Settings
+from laneway.settings import INTERACTIVE_PREFIX, Settings
 
 # kombu.transport.redis: Channel.sep, PRIORITY_STEPS, unacked_key, unacked_index_key.
 PRIORITY_SEP = "\x06\x16"
@@ -56,6 +58,9 @@ def lane_depths(r: redis.Redis, queues: Iterable[str]) -> dict[str, dict[str, in
         for queue in queues:
             for key in queue_keys(queue):
                 pipe.llen(key)
+            if queue.startswith(INTERACTIVE_PREFIX):
+                # Requests travel on their own list, not as Celery messages.
+                pipe.llen(requests_key(queue.removeprefix(INTERACTIVE_PREFIX)))
         pipe.hvals(UNACKED)
         *replies, unacked = pipe.execute()
     delivered: Counter[str] = Counter()
@@ -66,7 +71,8 @@ def lane_depths(r: redis.Redis, queues: Iterable[str]) -> dict[str, dict[str, in
     lengths = iter(replies)
     depths = {}
     for queue in queues:
-        queued = sum(next(lengths) for _ in queue_keys(queue))
+        keys = len(queue_keys(queue)) + queue.startswith(INTERACTIVE_PREFIX)
+        queued = sum(next(lengths) for _ in range(keys))
         depths[queue] = {
             "queued": queued,
             "delivered": delivered[queue],

@@ -2,13 +2,22 @@
 for their answers: webapp/interactive_client.py) and the interactive workers (which batch
 them and answer: workers/interactive_server.py).
 
-A request is a few items for a few tasks. It travels in one Celery message on its lane's
-interactive queue (`interactive.cpu` or `interactive.gpu`), which batch chunks never use,
-and carries its texts (it is small: at most LANEWAY_SYNC_MAX_ITEMS items). The answer comes
-back through Redis, not the result backend: the worker pushes it onto a list the web
-thread is blocked on (BLPOP, one hop), and for the asynchronous pair also keeps it under
-the request's id for GET /v1/result/<id>. A request nobody answered in time becomes a
-normal job in Postgres (the web app's 202), so nothing is lost.
+A request is a few items for a few tasks, with its texts (it is small: at most
+LANEWAY_SYNC_MAX_ITEMS items). It travels as one JSON entry on its lane's request list in
+Redis (`requests_key`: `laneway:interactive:<lane>:requests`), which batch chunks never
+use: the web thread pushes it and blocks on its answer's list in the same round trip
+(`send_and_wait`), and the lane's interactive workers pop up to a batch of entries at a
+time (`pop`). A Celery message each way cost more CPU than the model's forward for a lone
+request (docs/benchmarks.md, issue 19); the worker stays a Celery worker for everything
+else (supervision, heartbeats, Flower, remote control), and still answers a request sent
+as a Celery message on `interactive.<lane>` (TASK_NAME).
+
+The answer comes back through Redis, not the result backend: the worker pushes it onto a
+list the web thread is blocked on (BLPOP), and for the asynchronous pair also keeps it
+under the request's id for GET /v1/result/<id>. A synchronous request carries its
+`deadline`: a worker that takes it later drops it unanswered, because by then its caller
+has stored it as a normal job in Postgres (the web app's 202), so nothing is lost and
+nothing is computed twice for nobody.
 """
 
 from __future__ import annotations
@@ -29,7 +38,15 @@ log = logging.getLogger(__name__)
 TASK_NAME = "laneway.interactive"
 RESULT_TTL = 24 * 3600  # seconds an asynchronous result (and its owner) is kept
 REPLY_TTL = 120  # seconds an unread synchronous answer is kept
+# A lane's request list lapses this long after its last push: requests that no worker took
+# (none is running) are not kept for ever; the asynchronous pair's results live as long.
+REQUESTS_TTL = RESULT_TTL
 PENDING, SUCCESS, FAILURE = "PENDING", "SUCCESS", "FAILURE"
+
+
+def requests_key(lane: str) -> str:
+    """The list a lane's (`cpu`, `gpu`) requests wait on for its interactive workers."""
+    return f"laneway:interactive:{lane}:requests"
 
 
 def reply_key(request_id: str) -> str:
@@ -59,12 +76,22 @@ class Request:
     # The caller's span context (W3C headers) when tracing is on: requests share messages
     # and batches, so each carries its own (laneway/tracing.py).
     trace: dict[str, str] | None = None
+    # time.time() after which nobody waits for the answer (the caller stored the request as
+    # a job): a worker drops it. None: the asynchronous pair, kept until answered.
+    deadline: float | None = None
+
+    def stale(self, now: float) -> bool:
+        return self.deadline is not None and now > self.deadline
 
     def message(self) -> dict[str, Any]:
         data = self.__dict__.copy()
-        if data["trace"] is None:
-            del data["trace"]  # off: the message is what a worker without tracing reads
+        for optional in ("trace", "deadline"):
+            if data[optional] is None:
+                del data[optional]  # the message is what a worker of the last release reads
         return data
+
+    def encode(self) -> bytes:
+        return json.dumps(self.message(), separators=(",", ":")).encode()
 
     @classmethod
     def from_message(cls, data: dict[str, Any]) -> Request:
@@ -132,6 +159,80 @@ def deliver(r: redis.Redis, answers: Sequence[tuple[Request, dict[str, Any]]]) -
         pipe.rpush(reply_key(request.id), data)
         pipe.expire(reply_key(request.id), REPLY_TTL)
     pipe.execute()
+
+
+def push(pipe: redis.client.Pipeline, lane: str, requests: Sequence[Request]) -> None:
+    """Queue requests on their lane's list (in a pipeline the caller executes)."""
+    key = requests_key(lane)
+    pipe.rpush(key, *(r.encode() for r in requests))
+    pipe.expire(key, REQUESTS_TTL)
+
+
+def send_and_wait(
+    r: redis.Redis, request: Request, lane: str, timeout: float
+) -> dict[str, Any] | None:
+    """Queue a request for its lane's interactive workers and wait up to `timeout` seconds
+    for its answer, in one round trip (the push and the BLPOP travel in one pipeline: Redis
+    runs the push, then blocks the connection on the answer). None: no answer in time."""
+    if timeout <= 0:
+        return None
+    request.deadline = time.time() + timeout
+    with r.pipeline(transaction=False) as pipe:
+        push(pipe, lane, [request])
+        pipe.blpop([reply_key(request.id)], timeout=max(timeout, 0.01))
+        got = pipe.execute()[-1]
+    return None if got is None else json.loads(got[1])
+
+
+class Popper:
+    """Takes up to `count` requests at a time off a lane's list, blocking up to `timeout`
+    seconds for the first: one BLMPOP (Redis 7); on an older Redis (the embedded one may
+    be 6.2), BLPOP for the first and LPOP for the rest."""
+
+    def __init__(self, r: redis.Redis, lane: str) -> None:
+        self.redis, self.key = r, requests_key(lane)
+        self.blmpop = True
+
+    def pop(self, count: int, timeout: float) -> list[bytes]:
+        if self.blmpop:
+            try:
+                got = self.redis.blmpop(timeout, 1, self.key, direction="LEFT", count=count)
+                return [] if got is None else list(got[1])
+            except redis.ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                self.blmpop = False
+        first = self.redis.blpop([self.key], timeout=timeout)
+        if first is None:
+            return []
+        more = self.redis.lpop(self.key, count - 1) if count > 1 else None
+        return [first[1], *(more or [])]
+
+    def put_back(self, raws: Sequence[bytes]) -> None:
+        """Requests taken and not started go back to the head of the list, in order."""
+        if raws:
+            self.redis.lpush(self.key, *reversed(raws))
+            self.redis.expire(self.key, REQUESTS_TTL)
+
+
+def parse(raw: bytes) -> Request | None:
+    """A request from its list entry; None for one that is not a request (logged)."""
+    try:
+        request = Request.from_message(json.loads(raw))
+    except (ValueError, TypeError) as exc:
+        log.warning("dropped an unreadable interactive request: %s", type(exc).__name__)
+        return None
+    lists = (request.tasks, request.labels, request.ids, request.texts)
+    if not (
+        isinstance(request.id, str)
+        and all(isinstance(x, list) and all(isinstance(v, str) for v in x) for x in lists)
+        and len(request.ids) == len(request.texts)
+        and isinstance(request.deadline, int | float | None)
+        and isinstance(request.sent, int | float)
+    ):
+        log.warning("dropped a malformed interactive request")
+        return None
+    return request
 
 
 def wait_answer(r: redis.Redis, request_id: str, timeout: float) -> dict[str, Any] | None:

@@ -94,6 +94,15 @@ ITEMS_PROCESSED = Counter("laneway_items_processed", "Items with a result", ["la
 ITEMS_FAILED = Counter("laneway_items_failed", "Items whose processing failed", ["lane"])
 DEAD_LETTERS = Counter("laneway_dead_letters", "Dead letters recorded", ["kind"])
 COST = Counter("laneway_cost_dollars", "Cost of finished jobs, in dollars", ["lane"])
+STALE_REQUESTS = Counter(
+    "laneway_interactive_stale_requests",
+    "Interactive requests taken after their caller stopped waiting (stored as jobs instead)",
+    ["lane"],
+)
+
+
+def record_stale(lane: str) -> None:
+    STALE_REQUESTS.labels(lane).inc()
 
 
 def record_items(lane: str, n_items: int, n_failed: int) -> None:

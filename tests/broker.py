@@ -15,13 +15,17 @@ from db.queries import UNSETTLED_CHUNK_STATES, utcnow
 from db.session import session_scope
 from laneway.broker import UNACKED, UNACKED_INDEX, queue_keys
 from laneway.celery_app import QUEUES
+from laneway.interactive_protocol import requests_key
+from laneway.settings import LANES
 
 
 def empty_queues(settings, unacked: bool = False) -> None:
-    """Drop every message waiting in the lanes' and maintenance queues (and, with unacked,
-    those delivered to workers no longer running)."""
+    """Drop every message waiting in the lanes' and maintenance queues and every
+    interactive request waiting on its list (and, with unacked, the messages delivered to
+    workers no longer running)."""
     r = redis.Redis.from_url(settings.redis_url)
     keys = [key for queue in QUEUES for key in queue_keys(queue)]
+    keys += [requests_key(lane) for lane in LANES]  # the interactive requests' lists
     if unacked:
         keys += [UNACKED, UNACKED_INDEX]
     r.delete(*keys)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flask import Blueprint, Response, abort, current_app, g, jsonify, request, url_for
+from flask import Blueprint, Response, abort, g, jsonify, request, url_for
 
 from jobs.inputs import InputError, Limits, json_items, parse_json_body, parse_labels
 from jobs.lifecycle import LaneFull
@@ -115,13 +115,9 @@ def _sync(task: str) -> Response:
     if results is None:
         req = ia.new_request(tasks, labels, items, keep=False, account=g.account.id)
         lane = ic.lane_for(settings)
-        try:
-            ic.send(req, current_app.extensions["celery"], lane, expires=wait + 5)
-            sent = time.perf_counter()
-            body = ia.wait_answer(ic.blocking_client(settings), req.id, wait)
-            waited = time.perf_counter() - sent
-        except Exception:  # noqa: BLE001 - the broker is away: the job path stores it
-            body = None
+        sent = time.perf_counter()
+        body = ic.send_and_wait(settings, req, lane, wait)
+        waited = time.perf_counter() - sent
         if body is None:
             ic.missed(settings, lane)
             return _applied(_as_job(settings, tasks, labels, items), wait)
@@ -159,7 +155,7 @@ def submit_inference() -> Response:
     req = ia.new_request(tasks, labels, items, keep=True, account=g.account.id)
     r = ic.blocking_client(settings)
     r.set(ia.owner_key(req.id), str(g.account.id), ex=ia.RESULT_TTL)
-    ic.send(req, current_app.extensions["celery"], ic.lane_for(settings))
+    ic.send(settings, [req], ic.lane_for(settings))
     link = url_for("interactive.get_result", task_id=req.id)
     response = jsonify(task_id=req.id, status=ia.PENDING, links={"result": link})
     response.status_code = 202

@@ -1,6 +1,5 @@
-"""The web half of the interactive path: which lane a request goes to, the message that
-carries it (shared by the requests a process sends at the same moment) and the Redis
-client its thread waits on. The protocol itself is laneway/interactive_protocol.py.
+"""The web half of the interactive path: which lane a request goes to, and the Redis client
+that queues it and waits for its answer. The protocol itself is laneway/interactive_protocol.py.
 
 Each object here is kept per process (and per app's settings): a gunicorn worker's
 threads share them, a forked process makes its own.
@@ -15,10 +14,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import redis
-from celery import Celery
 
 from jobs.lanes import alive_workers
-from laneway.interactive_protocol import TASK_NAME, Request
+from laneway.interactive_protocol import Request, push
+from laneway.interactive_protocol import send_and_wait as send_and_wait_answer
 from laneway.redis_conn import client_url
 from laneway.settings import Settings
 
@@ -38,23 +37,6 @@ def blocking_client(settings: Settings) -> redis.Redis:
                 socket_timeout=max(settings.sync_max_wait, settings.sync_timeout) + 10,
             )
         return _clients[key]
-
-
-def send_message(
-    celery: Celery, requests: Sequence[Request], lane: str, expires: float | None
-) -> None:
-    """One message on the lane's interactive queue, carrying one or more requests."""
-    celery.send_task(
-        TASK_NAME,
-        args=[[r.message() for r in requests]],
-        queue=f"interactive.{lane}",
-        expires=expires,
-        ignore_result=True,
-        # What Flower and the worker's log show of the message: how many requests, never
-        # their texts (customers' data), and no saferepr of every text on each send.
-        argsrepr=f"({len(requests)} interactive requests)",
-        kwargsrepr="{}",
-    )
 
 
 def choose_lane(setting: str, gpu_live: bool) -> str:
@@ -142,59 +124,22 @@ def missed(settings: Settings, lane: str) -> None:
         chooser(settings).missed()
 
 
-class Coalescer:
-    """Concurrent requests of one web process share a message: the thread that finds no
-    send under way sends what is pending, and goes on while more arrived meanwhile. A lone
-    request is sent at once; under load one message carries many requests, so the broker
-    and the worker pay their per-message cost once for all of them."""
-
-    def __init__(self, sender: Callable[[list[Request], float | None], None]) -> None:
-        self.sender = sender
-        self.lock = threading.Lock()
-        self.pending: list[tuple[Request, float | None]] = []
-        self.sending = False
-        self.messages = 0
-
-    def send(self, request: Request, expires: float | None) -> None:
-        with self.lock:
-            self.pending.append((request, expires))
-            if self.sending:
-                return  # the sending thread takes it with the next message
-            self.sending = True
-        failed: BaseException | None = None
-        while True:
-            with self.lock:
-                batch, self.pending = self.pending, []
-                if not batch:
-                    self.sending = False
-                    break
-            waits = [e for _, e in batch]
-            longest = None if None in waits else max(w for w in waits if w is not None)
-            self.messages += 1
-            try:
-                self.sender([r for r, _ in batch], longest)
-            except Exception as exc:  # noqa: BLE001 - what is pending still gets its turn
-                failed = failed or exc
-        if failed is not None:
-            # The requests of a message that did not go are never answered: their callers'
-            # waits end and store them as jobs; this caller learns it at once.
-            raise failed
+def send_and_wait(settings: Settings, request: Request, lane: str, wait: float) -> dict | None:
+    """Queue a request for the lane's interactive workers and wait up to `wait` seconds for
+    its answer (one round trip); None when none came, or Redis is away (its caller then
+    stores the request as a job)."""
+    try:
+        return send_and_wait_answer(blocking_client(settings), request, lane, wait)
+    except (redis.RedisError, OSError) as exc:
+        log.warning("the interactive path is unavailable: %s", type(exc).__name__)
+        return None
 
 
-_coalescers: dict[tuple[int, str, int], Coalescer] = {}
-
-
-def send(request: Request, celery: Celery, lane: str, expires: float | None = None) -> None:
-    """Send a request to the lane's interactive workers through the app's Celery, in a
-    message shared with the requests this process sends there at the same moment. A
-    request whose message failed to go is never answered: its caller's wait ends and
-    stores it as a job."""
-    key = (os.getpid(), lane, id(celery))
-    with _clients_lock:
-        if key not in _coalescers:
-            _coalescers[key] = Coalescer(lambda batch, exp: send_message(celery, batch, lane, exp))
-        coalescer = _coalescers[key]
-    coalescer.send(request, expires)
+def send(settings: Settings, requests: Sequence[Request], lane: str) -> None:
+    """Queue requests for the lane's interactive workers, without waiting."""
+    with blocking_client(settings).pipeline(transaction=False) as pipe:
+        push(pipe, lane, requests)
+        pipe.execute()
 
 
 def parse_prefer_wait(header: str | None) -> float | None:

@@ -1,15 +1,18 @@
-"""The interactive worker's server: `laneway worker interactive` (a thread pool on
-`interactive.<lane>`) hands each message to `InteractiveServer.serve` (tasks/interactive.py).
+"""The interactive worker's server: `laneway worker interactive` (a Celery worker of
+`interactive.<lane>`, for its supervision, heartbeats and Flower) takes its lane's requests
+off their Redis list with one feeder thread (`Feeder`; the protocol:
+laneway/interactive_protocol.py), and answers a request sent as a Celery message too
+(`InteractiveServer.serve`, tasks/interactive.py).
 
-Each message holds one or more small requests. The task thread hands every request to the
-process's dynamic batcher (inference/dynamic.py) and waits for its answer; one model thread
-runs the batches: requests of the same tasks and labels share forward passes, identical
-texts are computed once and the result cache is read and filled (laneway/cache.py). A batch
-that raises is split in halves until the failing items stand alone (laneway/isolate.py),
-so each item gets its own result or its own error, and no request is left waiting. Answers
-go back through Redis (the protocol: laneway/interactive_protocol.py). Once a batch's answers are
-out, its figures go to Prometheus and to its lane's per-minute counters in Redis
-(laneway/usage.py, one round trip per batch): nothing about a request is written to Postgres.
+The feeder hands every request to the process's dynamic batcher (inference/dynamic.py);
+one model thread runs the batches: requests of the same tasks and labels share forward
+passes, identical texts are computed once and the result cache is read and filled
+(laneway/cache.py). A batch that raises is split in halves until the failing items stand
+alone (laneway/isolate.py), so each item gets its own result or its own error, and no
+request is left waiting. The model thread sends a batch's answers back through Redis in
+one round trip. Once they are out, its figures go to Prometheus and to its lane's
+per-minute counters in Redis (laneway/usage.py, one round trip per batch): nothing about
+a request is written to Postgres.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -34,9 +37,9 @@ from laneway import metrics, tracing, usage
 from laneway.cache import cached_compute, process_cache
 from laneway.celery_app import app_settings
 from laneway.faults import model_stage_check
-from laneway.interactive_protocol import Request, answer, deliver, item_results
+from laneway.interactive_protocol import Popper, Request, answer, deliver, item_results, parse
 from laneway.isolate import Failure, isolate
-from laneway.redis_conn import redis_client
+from laneway.redis_conn import client_url, redis_client
 from laneway.settings import INTERACTIVE_PREFIX, Settings
 from laneway.yielding import BusyMark
 from workers.devices import model_device
@@ -53,6 +56,24 @@ def is_interactive(queues: Sequence[str] | None) -> bool:
     return any(q.startswith(INTERACTIVE_PREFIX) for q in queues) and not {"cpu", "gpu"} & set(
         queues
     )
+
+
+@dataclass
+class Incoming:
+    """A request as the batcher holds it: when this worker took it, and whether off the
+    Redis list (else from a Celery message)."""
+
+    request: Request
+    received: float
+    listed: bool = True
+
+    def timing(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """The answer's stage timings (ms): waiting to be taken, for its batch, running."""
+        return {
+            "broker": round(max(0.0, self.received - self.request.sent) * 1000, 2),
+            "batchwait": round(max(0.0, batch["started"] - self.received) * 1000, 2),
+            **{k: v for k, v in batch.items() if k != "started"},
+        }
 
 
 @dataclass
@@ -83,6 +104,7 @@ class InteractiveServer:
         self.figures: BatchFigures | None = None  # the model thread's last batch
         self._lane_device: tuple[str, str] | None = None
         self._batcher: DynamicBatcher | None = None
+        self._feeder: Feeder | None = None
         self._lock = threading.Lock()
 
     def batcher(self) -> DynamicBatcher:
@@ -97,12 +119,6 @@ class InteractiveServer:
                 ).start()
             return self._batcher
 
-    def stop(self) -> None:
-        with self._lock:
-            if self._batcher is not None:
-                self._batcher.stop()
-                self._batcher = None
-
     def activity(self) -> tuple[int, datetime] | None:
         """Requests in the batcher now, and since when it has been busy or idle (None
         before it starts): the interactive worker's heartbeat writes it."""
@@ -111,19 +127,46 @@ class InteractiveServer:
         running, since = self._batcher.activity()
         return running, datetime.fromtimestamp(since, UTC)
 
-    def run_requests(self, requests: Sequence[Request]) -> list[tuple[list[dict[str, Any]], dict]]:
-        """One batch: per request, its items' results (outputs or errors) and its timing.
-        Traced, the batch is a span linked to each request's span, with its stages as
-        children."""
+    def run_requests(self, batch: Sequence[Incoming]) -> list[dict[str, Any]]:
+        """One batch, on the model thread: every request's answer (its items' outputs or
+        errors, or the request's own error when the whole batch failed), delivered to its
+        caller in one round trip before this returns. Traced, the batch is a span linked
+        to each request's span, with its stages as children."""
+        requests = [incoming.request for incoming in batch]
         items = sum(len(r.texts) for r in requests)
         attributes = {"laneway.batch_requests": len(requests), "laneway.batch_items": items}
         with tracing.linked_span("interactive.batch", [r.trace for r in requests], **attributes):
-            answers = self._run_batch(requests)
+            try:
+                results, timing = self._run_batch(requests)
+                pairs = zip(requests, results, strict=True)
+                bodies = [answer(r, found, None) for r, found in pairs]
+                for incoming, body in zip(batch, bodies, strict=True):
+                    body["timing"] = incoming.timing(timing)
+            except Exception as exc:  # noqa: BLE001 - every caller gets its answer
+                log.warning("a batch of %s requests failed: %s", len(batch), exc)
+                bodies = [answer(r, None, Failure.of(exc).error) for r in requests]
             if self.figures is not None:
                 tracing.record_stages(self.figures.spent.as_dict())
-            return answers
+        self.deliver(batch, bodies)
+        return bodies
 
-    def _run_batch(self, requests: Sequence[Request]) -> list[tuple[list[dict[str, Any]], dict]]:
+    def deliver(self, batch: Sequence[Incoming], bodies: Sequence[dict[str, Any]]) -> None:
+        requests = [incoming.request for incoming in batch]
+        try:
+            deliver(self.redis, list(zip(requests, bodies, strict=True)))
+        except redis.RedisError as exc:  # their callers' waits end and store them as jobs
+            log.warning("could not deliver %s answers: %s", len(batch), type(exc).__name__)
+        for incoming, body in zip(batch, bodies, strict=True):
+            # The request's own trace reaches this worker (its batch span only links to it).
+            tracing.record_span(
+                "interactive.request",
+                incoming.request.trace,
+                incoming.received,
+                **{"laneway.request": incoming.request.id, "laneway.status": body["status"]},
+            )
+
+    def _run_batch(self, requests: Sequence[Request]) -> tuple[list[list[dict[str, Any]]], dict]:
+        """Per request, its items' results (outputs or errors); and the batch's timing."""
         started = time.time()
         settings = self.settings
         pipeline, check = get_pipeline(settings), model_stage_check(settings)
@@ -163,7 +206,7 @@ class InteractiveServer:
             "batch_requests": len(requests),
             "batch_items": self.figures.items,
         }
-        return [(a, timing) for a in answers]
+        return answers, timing
 
     def lane_and_device(self) -> tuple[str, str]:
         """This worker's interactive queue and model device: fixed for its life, so found
@@ -188,38 +231,106 @@ class InteractiveServer:
         except redis.RedisError as exc:
             log.warning("could not count the batch's usage: %s", type(exc).__name__)
 
-    def serve(self, messages: list[dict[str, Any]]) -> None:
-        """Answer each request of a message through the batcher, then deliver the answers
-        in one round trip."""
+    def take(self, requests: Sequence[Request], listed: bool) -> list[Future]:
+        """Hand requests to the batcher (each answered on the model thread); a synchronous
+        request past its deadline is dropped: its caller has stored it as a job."""
         received = time.time()
         self.busy.mark()  # batch workers on this host step aside (laneway/yielding.py)
-        parsed = [Request.from_message(m) for m in messages]
         batcher = self.batcher()
-        futures = [batcher.submit(req, size=len(req.texts)) for req in parsed]
-        wait(futures)
-        answers = []
-        for request, future in zip(parsed, futures, strict=True):
-            exc = future.exception()
-            if exc is None:
-                results, timing = future.result()
-                body = answer(request, results, None)
-                body["timing"] = {
-                    "broker": round(max(0.0, received - request.sent) * 1000, 2),
-                    "batchwait": round(max(0.0, timing["started"] - received) * 1000, 2),
-                    **{k: v for k, v in timing.items() if k != "started"},
-                }
-            else:
-                body = answer(request, None, Failure.of(exc).error)
-            answers.append((request, body))
-        deliver(self.redis, answers)
-        for request, body in answers:
-            # The request's own trace reaches this worker (its batch span only links to it).
-            tracing.record_span(
-                "interactive.request",
-                request.trace,
-                received,
-                **{"laneway.request": request.id, "laneway.status": body["status"]},
-            )
+        futures = []
+        for request in requests:
+            if request.stale(received):
+                metrics.record_stale(self.lane_and_device()[0])
+                continue
+            incoming = Incoming(request, received, listed)
+            futures.append(batcher.submit(incoming, size=len(request.texts)))
+        return futures
+
+    def serve(self, messages: list[dict[str, Any]]) -> None:
+        """The Celery task's way in (a request sent as a message, by a web app of an
+        earlier release): answered like the list's, the task's thread waits for it."""
+        parsed = [Request.from_message(m) for m in messages]
+        wait(self.take(parsed, listed=False))
+
+    def feed(self, lane: str) -> None:
+        """Start the thread that takes the lane's requests off its Redis list."""
+        with self._lock:
+            if self._feeder is None:
+                self._feeder = Feeder(self, lane).start()
+
+    def stop(self) -> None:
+        """Stop taking requests; those taken off the list and not yet started go back to
+        its head for another worker (or this one's successor); the batch running finishes;
+        a Celery task's request not started is answered with an error."""
+        with self._lock:
+            feeder, self._feeder = self._feeder, None
+            batcher, self._batcher = self._batcher, None
+        if feeder is not None:
+            feeder.stop()
+        if batcher is None:
+            return
+        left = batcher.drain()
+        listed = [p.payload for p in left if p.payload.listed]
+        if feeder is not None and listed:
+            try:
+                feeder.popper.put_back([i.request.encode() for i in listed])
+                log.info("put %s requests back on the list for another worker", len(listed))
+            except redis.RedisError as exc:  # their callers' waits end: stored as jobs
+                log.warning("could not put %s requests back: %s", len(listed), exc)
+        told = [p.payload for p in left if not p.payload.listed]
+        error = "the interactive worker stopped before this request's batch"
+        self.deliver(told, [answer(i.request, None, error) for i in told])
+        for pending in left:
+            pending.future.set_result(None)
+        batcher.stop()
+
+
+class Feeder:
+    """A thread that takes up to a batch of requests at a time off the lane's Redis list
+    and hands them to the server's batcher. Redis away: it says so and tries again each
+    second; the web app's callers meanwhile store their requests as jobs."""
+
+    POLL = 1.0  # seconds a pop blocks: how soon a stop is seen
+
+    def __init__(self, server: InteractiveServer, lane: str) -> None:
+        self.server, self.lane = server, lane
+        settings = server.settings
+        self.popper = Popper(
+            redis.Redis.from_url(client_url(settings.redis_url), socket_timeout=self.POLL + 10),
+            lane,
+        )
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="laneway-feeder", daemon=True)
+
+    def start(self) -> Feeder:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(self.POLL + 5)
+
+    def run(self) -> None:
+        count = self.server.settings.batch_max
+        away = False
+        while not self.stopping.is_set():
+            try:
+                raws = self.popper.pop(count, self.POLL)
+            except (redis.RedisError, OSError) as exc:
+                if not away:
+                    log.warning("cannot take interactive requests from Redis: %s", exc)
+                away = True
+                self.stopping.wait(1.0)
+                continue
+            if away:
+                log.info("taking interactive requests from Redis again")
+                away = False
+            requests = [r for r in map(parse, raws) if r is not None]
+            if requests:
+                try:
+                    self.server.take(requests, listed=True)
+                except Exception:  # noqa: BLE001 - the thread must outlive one bad take
+                    log.exception("could not take %s interactive requests", len(requests))
 
 
 _servers: list[InteractiveServer] = []
@@ -239,13 +350,15 @@ def activity() -> tuple[int, datetime] | None:
 
 
 def warm_up() -> None:
-    """Load the models and start the batcher before the first request."""
+    """Load the models, start the batcher, then take requests off the lane's list."""
     started = time.perf_counter()
-    if serving_queue() == INTERACTIVE_PREFIX + "gpu":
+    queue = serving_queue()
+    if queue == INTERACTIVE_PREFIX + "gpu":
         check_device_or_stop(os.getpid())  # a thread pool: this process is the worker
     load_models()
     server().batcher()
     log.info("interactive models loaded in %.1f s", time.perf_counter() - started)
+    server().feed(queue.removeprefix(INTERACTIVE_PREFIX))
 
 
 def stop() -> None:

@@ -5,6 +5,7 @@ asynchronous pair, per-item errors, a failing batch, dedup and the item limit.""
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -401,3 +402,48 @@ def test_the_dashboard_sees_the_interactive_worker_busy_then_idle(
         assert state(busy=False)["since"] >= released
     finally:
         stall.unlink(missing_ok=True)
+
+
+def _stale_count(client) -> float:
+    found = re.search(
+        r'^laneway_interactive_stale_requests_total\{lane="interactive\.cpu"\} (\S+)$',
+        client.get("/metrics").text,
+        re.M,
+    )
+    return float(found.group(1)) if found else 0.0
+
+
+def test_the_worker_drops_what_nobody_waits_for_and_survives_entries_that_are_not_requests(
+    worker, client, settings
+):
+    """A request taken past its deadline (its caller already stored it as a job) is not
+    computed; garbage on the list is skipped; the request behind both is answered."""
+    from laneway import interactive_protocol as ia
+
+    r = redis.Redis.from_url(settings.redis_url)
+    t = tag()
+    stale = ia.new_request(["embed"], [], [("s", f"too late {t}")], keep=False, account=1)
+    stale.deadline = time.time() - 1
+    fresh = ia.new_request(["embed"], [], [("f", f"in time {t}")], keep=False, account=1)
+    before = _stale_count(client)
+    r.rpush(ia.requests_key("cpu"), stale.encode(), b"not a request", b'{"id": 1}')
+    answer = ia.send_and_wait(r, fresh, "cpu", 30)
+    assert answer is not None and answer["status"] == ia.SUCCESS
+    assert len(answer["output"][0]["embedding"]) == 384
+    assert not r.exists(ia.reply_key(stale.id))
+    wait_for(lambda: _stale_count(client) == before + 1, 30, "the stale request counted", [worker])
+
+
+def test_a_request_sent_as_a_celery_message_is_answered_too(worker, settings):
+    """A web process of the last release sent each request as a Celery message on the
+    lane's queue: during a rolling upgrade the worker still answers those."""
+    from laneway import interactive_protocol as ia
+    from laneway.celery_app import make_celery
+
+    req = ia.new_request(["score"], [], [("m", f"lovely, thanks {tag()}")], keep=False, account=1)
+    make_celery(settings).send_task(
+        ia.TASK_NAME, args=[[req.message()]], queue="interactive.cpu", ignore_result=True
+    )
+    answer = ia.wait_answer(redis.Redis.from_url(settings.redis_url), req.id, 30)
+    assert answer is not None and answer["status"] == ia.SUCCESS, answer
+    assert answer["output"][0]["id"] == "m" and answer["output"][0]["rating"] > 0
