@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -43,6 +44,9 @@ class LocalModel:
         self.max_length = max_length
         self.batch_size = batch_size
         self.tokenizer = AutoTokenizer.from_pretrained(path)
+        # A fast tokenizer sets its truncation and padding on each call: threads that run
+        # batches side by side (the interactive worker's) take turns ("Already borrowed").
+        self._tokenizing = threading.Lock()
         if self.offsets and not getattr(self.tokenizer, "is_fast", False):
             raise ValueError(f"{path}: a fast tokenizer is required (character offsets)")
         # bf16 on a CPU: the matrix products' weights in bf16 under autocast, the rest
@@ -66,7 +70,8 @@ class LocalModel:
     def prepare(self, texts: Sequence[str], batch_size: int | None = None) -> Prepared:
         """CPU stage: tokenize into length-sorted micro-batches."""
         size = batch_size or self.batch_size
-        return prepare(self.tokenizer, texts, self.max_length, size, offsets=self.offsets)
+        with self._tokenizing:
+            return prepare(self.tokenizer, texts, self.max_length, size, offsets=self.offsets)
 
 
 def config_labels(config: Any, labels: Sequence[str] | None = None) -> list[str]:

@@ -13,9 +13,10 @@ While the model runs a batch, new requests queue up, so under load batches fill 
 themselves.
 
 `BatchPolicy` and `DynamicBatcher.take` are pure (a clock is passed in), so the rules are
-tested with a fake clock; `DynamicBatcher.start` runs them in a thread. Each request has
-its own Future: it gets its own result or its own exception, and a batch that raises fails
-every request in it, so none is left waiting.
+tested with a fake clock; `DynamicBatcher.start` runs them in one or more model threads
+(each takes the batch due when it is free). Each request has its own Future: it gets its
+own result or its own exception, and a batch that raises fails every request in it, so
+none is left waiting.
 """
 
 from __future__ import annotations
@@ -92,8 +93,16 @@ class DynamicBatcher:
         max_wait: float = 0.050,
         clock: Callable[[], float] = time.monotonic,
         after_batch: Callable[[], None] | None = None,
+        threads: int = 1,
+        thread_start: Callable[[], None] | None = None,
     ) -> None:
         self.run_batch = run_batch
+        # Model threads, each running one batch at a time (`thread_start` first runs in
+        # each: say, its own torch thread count); with several, a batch is taken while
+        # another runs, so the cores never wait on one batch's serial parts.
+        self.threads = max(1, threads)
+        self.thread_start = thread_start
+        self.free = 0  # model threads waiting for a batch
         # Called once every request of a batch is settled: bookkeeping nobody should wait on.
         self.after_batch = after_batch
         self.policy = BatchPolicy(max_items, max_wait)
@@ -105,7 +114,7 @@ class DynamicBatcher:
         # been some or none: the worker's heartbeat reports it as busy or idle.
         self.in_flight = 0
         self.since = time.time()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._stop = False
 
     def submit(self, payload: Any, size: int = 1) -> Future:
@@ -118,16 +127,19 @@ class DynamicBatcher:
             self.cond.notify()
         return request.future
 
-    def take(self, now: float) -> tuple[list[Pending], float]:
+    def take(self, now: float, share: int = 1) -> tuple[list[Pending], float]:
         """The batch due now (whole requests, up to max_items items; one larger request
-        goes alone), or nothing and the seconds to wait. Call with the lock held."""
+        goes alone), or nothing and the seconds to wait. Call with the lock held. With
+        `share` model threads free, the due items are shared out among them: each batch
+        takes its part, and the batches run side by side."""
         items = sum(p.size for p in self.pending)
         oldest = self.pending[0].arrived if self.pending else now
         wait = self.policy.wait(now, items, oldest, len(self.pending))
         if wait > 0:
             return [], wait
+        most = min(self.policy.max_items, -(-items // max(1, share)))
         batch, total = [], 0
-        while self.pending and (not batch or total + self.pending[0].size <= self.policy.max_items):
+        while self.pending and (not batch or total + self.pending[0].size <= most):
             request = self.pending.pop(0)
             batch.append(request)
             total += request.size
@@ -168,20 +180,29 @@ class DynamicBatcher:
             return self.in_flight, self.since
 
     def _loop(self) -> None:
+        if self.thread_start is not None:
+            self.thread_start()
         while True:
             with self.cond:
+                self.free += 1
                 while True:
                     if self._stop:
+                        self.free -= 1
                         return
-                    batch, wait = self.take(self.clock())
+                    batch, wait = self.take(self.clock(), self.free)
                     if batch:
                         break
                     self.cond.wait(None if wait == float("inf") else wait)
+                self.free -= 1
+                if self.pending:
+                    self.cond.notify()  # the rest is another free thread's part
             self.run(batch)
 
     def start(self) -> DynamicBatcher:
-        self._thread = threading.Thread(target=self._loop, name="laneway-batcher", daemon=True)
-        self._thread.start()
+        for n in range(self.threads):
+            thread = threading.Thread(target=self._loop, name=f"laneway-batcher-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
         return self
 
     def drain(self) -> list[Pending]:
@@ -195,10 +216,10 @@ class DynamicBatcher:
     def stop(self) -> None:
         with self.cond:
             self._stop = True
-            self.cond.notify()
+            self.cond.notify_all()
             left, self.pending = self.pending, []
             self._count(-len(left))
         for request in left:
             request.future.set_exception(RuntimeError("the batcher stopped"))
-        if self._thread is not None:
-            self._thread.join(5)
+        for thread in self._threads:
+            thread.join(5)

@@ -521,6 +521,9 @@ class Settings(BaseSettings):
         _parsed(_distinct("LANEWAY_INTERACTIVE_LANES", "lanes", LANES, lower=True)),
     ] = ()
     interactive_threads: Count = 32
+    # Batches the interactive worker runs side by side (None: one per core on a CPU, one
+    # on a GPU); the torch threads are shared out among them.
+    interactive_model_threads: Count | None = None
     batch_max: Count = 64
     batch_wait_ms: Seconds = 50.0
     cache_ttl: Natural = 300

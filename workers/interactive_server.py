@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis
+import torch
 
 from inference.batching import Interrupted
 from inference.dynamic import DynamicBatcher
@@ -93,7 +94,7 @@ def serving_queue() -> str:
 
 
 class InteractiveServer:
-    """One interactive worker process's batcher, its model thread's figures, its Redis
+    """One interactive worker process's batcher, its model threads' figures, its Redis
     client and busy mark. The batcher calls `run_requests` for each batch on its model
     thread, then `record_batch` once the batch's answers are out."""
 
@@ -101,22 +102,52 @@ class InteractiveServer:
         self.settings = settings
         self.redis = redis_client(settings)
         self.busy = BusyMark(self.redis)
-        self.figures: BatchFigures | None = None  # the model thread's last batch
+        self._local = threading.local()  # each model thread's last batch's figures
         self._lane_device: tuple[str, str] | None = None
         self._batcher: DynamicBatcher | None = None
         self._feeder: Feeder | None = None
         self._lock = threading.Lock()
 
+    @property
+    def figures(self) -> BatchFigures | None:
+        """This model thread's last batch, until record_batch takes it."""
+        return getattr(self._local, "figures", None)
+
+    @figures.setter
+    def figures(self, value: BatchFigures | None) -> None:
+        self._local.figures = value
+
+    def model_threads(self) -> tuple[int, int]:
+        """How many batches run side by side, and each one's torch threads: on a CPU, one
+        batch per core (LANEWAY_TORCH_THREADS), each on a torch thread of its own
+        (LANEWAY_INTERACTIVE_MODEL_THREADS sets the count; the cores are shared out); on
+        a GPU, one. A small batch keeps two torch threads poorly busy (each forward is
+        many short operations), and the web app's requests come one by one: two batches
+        on a core each served 1.4x the texts per second of one batch on both
+        (docs/benchmarks.md, issue 19)."""
+        cores = self.settings.torch_threads
+        on_cpu = self.lane_and_device()[1] == "cpu"
+        threads = self.settings.interactive_model_threads or (cores if on_cpu else 1)
+        return threads, max(1, cores // threads)
+
     def batcher(self) -> DynamicBatcher:
-        """This process's batcher (and its model thread), started on first use."""
+        """This process's batcher (and its model threads), started on first use."""
         with self._lock:
             if self._batcher is None:
+                threads, torch_threads = self.model_threads()
                 self._batcher = DynamicBatcher(
                     self.run_requests,
                     self.settings.batch_max,
                     self.settings.batch_wait_ms / 1000,
                     after_batch=self.record_batch,
+                    threads=threads,
+                    thread_start=lambda: torch.set_num_threads(torch_threads),
                 ).start()
+                log.info(
+                    "interactive batches: %s side by side, %s torch threads each",
+                    threads,
+                    torch_threads,
+                )
             return self._batcher
 
     def activity(self) -> tuple[int, datetime] | None:

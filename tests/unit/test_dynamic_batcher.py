@@ -181,3 +181,45 @@ def test_requests_dropped_at_stop_leave_nothing_in_flight():
     b.submit(1)
     b.stop()
     assert b.activity()[0] == 0
+
+
+def test_free_model_threads_share_the_due_items_and_run_them_side_by_side():
+    """Two model threads free, four requests due: each takes two, and the two batches run
+    at the same time (the barrier breaks, failing both, if one waited for the other)."""
+    together = threading.Barrier(2, timeout=10)
+    batches: list[list[int]] = []
+    started: set[int] = set()
+
+    def run(payloads):
+        batches.append(list(payloads))
+        together.wait()
+        return [p * 10 for p in payloads]
+
+    b = DynamicBatcher(
+        run, max_items=64, max_wait=0.0, threads=2,
+        thread_start=lambda: started.add(threading.get_ident()),
+    ).start()  # fmt: skip
+    try:
+        for _ in range(1000):  # both threads are waiting for work before any arrives
+            with b.cond:
+                if b.free == 2:
+                    # Submitted under the batcher's (reentrant) lock: both threads see all four.
+                    futures = [b.submit(n) for n in range(4)]
+                    break
+            threading.Event().wait(0.01)
+        assert [f.result(10) for f in futures] == [0, 10, 20, 30]
+        assert sorted(map(len, batches)) == [2, 2] and len(started) == 2
+    finally:
+        b.stop()
+
+
+def test_one_free_model_thread_takes_what_is_due_as_before():
+    b = DynamicBatcher(lambda p: p, max_items=3, max_wait=0.0, threads=2)
+    for n in range(5):
+        b.submit(n)
+    with b.cond:
+        batch, wait = b.take(0.0, share=1)
+    assert [p.payload for p in batch] == [0, 1, 2] and wait == 0.0
+    with b.cond:
+        batch, _ = b.take(0.0, share=2)  # two left, two threads: one each
+    assert [p.payload for p in batch] == [3]
