@@ -10,7 +10,8 @@ this answer, so holding it gains nothing); when the burst that filled the batch 
 stopped (nothing arrived for twice the expected gap), the batch goes without waiting out
 `max_wait`.
 While the model runs a batch, new requests queue up, so under load batches fill by
-themselves.
+themselves. With several model threads, the items due are shared out among the free
+ones, and a batch is held to grow only while no other model thread is free.
 
 `BatchPolicy` and `DynamicBatcher.take` are pure (a clock is passed in), so the rules are
 tested with a fake clock; `DynamicBatcher.start` runs them in one or more model threads
@@ -135,7 +136,8 @@ class DynamicBatcher:
         items = sum(p.size for p in self.pending)
         oldest = self.pending[0].arrived if self.pending else now
         wait = self.policy.wait(now, items, oldest, len(self.pending))
-        if wait > 0:
+        # Holding a batch to let it grow pays only while no other model thread is free.
+        if not items or (wait > 0 and share < 2):
             return [], wait
         most = min(self.policy.max_items, -(-items // max(1, share)))
         batch, total = [], 0

@@ -233,7 +233,8 @@ class StoreBeside:
     def __call__(self, *entry: Any) -> None:
         self.entries.append(entry)
 
-    def _store(self) -> None:
+    def store(self) -> None:
+        """Store the entries now (a Redis error: a miss, logged)."""
         for entry in self.entries:
             self.cache.put(*entry)
 
@@ -243,7 +244,7 @@ class StoreBeside:
         if not self.cache.enabled or not self.entries:
             yield
             return
-        thread = threading.Thread(target=self._store, name="cache-store", daemon=True)
+        thread = threading.Thread(target=self.store, name="cache-store", daemon=True)
         thread.start()
         try:
             yield

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import Future, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +35,7 @@ from inference.batching import Interrupted
 from inference.dynamic import DynamicBatcher
 from inference.pipeline import StageTimes, TimedRun
 from laneway import metrics, tracing, usage
-from laneway.cache import cached_compute, process_cache
+from laneway.cache import StoreBeside, cached_compute, process_cache
 from laneway.celery_app import app_settings
 from laneway.faults import model_stage_check
 from laneway.interactive_protocol import Popper, Request, answer, deliver, item_results, parse
@@ -94,28 +94,20 @@ def serving_queue() -> str:
 
 
 class InteractiveServer:
-    """One interactive worker process's batcher, its model threads' figures, its Redis
-    client and busy mark. The batcher calls `run_requests` for each batch on its model
-    thread, then `record_batch` once the batch's answers are out."""
+    """One interactive worker process's batcher, its sender, its Redis client and busy
+    mark. The batcher calls `run_requests` for each batch on a model thread, which hands
+    the answers to the sender's thread and goes on to the next batch; the sender delivers
+    them (one round trip), then stores the batch's cache entries and records its figures."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.redis = redis_client(settings)
         self.busy = BusyMark(self.redis)
-        self._local = threading.local()  # each model thread's last batch's figures
         self._lane_device: tuple[str, str] | None = None
         self._batcher: DynamicBatcher | None = None
+        self._sender: ThreadPoolExecutor | None = None
         self._feeder: Feeder | None = None
         self._lock = threading.Lock()
-
-    @property
-    def figures(self) -> BatchFigures | None:
-        """This model thread's last batch, until record_batch takes it."""
-        return getattr(self._local, "figures", None)
-
-    @figures.setter
-    def figures(self, value: BatchFigures | None) -> None:
-        self._local.figures = value
 
     def model_threads(self) -> tuple[int, int]:
         """How many batches run side by side, and each one's torch threads: on a CPU, one
@@ -135,11 +127,12 @@ class InteractiveServer:
         with self._lock:
             if self._batcher is None:
                 threads, torch_threads = self.model_threads()
+                # One thread sends every batch's answers, in the order the batches ended.
+                self._sender = ThreadPoolExecutor(1, thread_name_prefix="laneway-sender")
                 self._batcher = DynamicBatcher(
                     self.run_requests,
                     self.settings.batch_max,
                     self.settings.batch_wait_ms / 1000,
-                    after_batch=self.record_batch,
                     threads=threads,
                     thread_start=lambda: torch.set_num_threads(torch_threads),
                 ).start()
@@ -159,16 +152,19 @@ class InteractiveServer:
         return running, datetime.fromtimestamp(since, UTC)
 
     def run_requests(self, batch: Sequence[Incoming]) -> list[dict[str, Any]]:
-        """One batch, on the model thread: every request's answer (its items' outputs or
-        errors, or the request's own error when the whole batch failed), delivered to its
-        caller in one round trip before this returns. Traced, the batch is a span linked
-        to each request's span, with its stages as children."""
+        """One batch, on a model thread: every request's answer (its items' outputs or
+        errors, or the request's own error when the whole batch failed), handed to the
+        sender, which delivers it to its caller in one round trip while this thread
+        starts the next batch. Traced, the batch is a span linked to each request's span,
+        with its stages as children."""
         requests = [incoming.request for incoming in batch]
         items = sum(len(r.texts) for r in requests)
         attributes = {"laneway.batch_requests": len(requests), "laneway.batch_items": items}
+        later: list[StoreBeside] = []  # the batch's cache entries, stored after delivery
+        figures = None
         with tracing.linked_span("interactive.batch", [r.trace for r in requests], **attributes):
             try:
-                results, timing = self._run_batch(requests)
+                results, timing, figures = self._run_batch(requests, later)
                 pairs = zip(requests, results, strict=True)
                 bodies = [answer(r, found, None) for r, found in pairs]
                 for incoming, body in zip(batch, bodies, strict=True):
@@ -176,10 +172,32 @@ class InteractiveServer:
             except Exception as exc:  # noqa: BLE001 - every caller gets its answer
                 log.warning("a batch of %s requests failed: %s", len(batch), exc)
                 bodies = [answer(r, None, Failure.of(exc).error) for r in requests]
-            if self.figures is not None:
-                tracing.record_stages(self.figures.spent.as_dict())
-        self.deliver(batch, bodies)
+            if figures is not None:
+                tracing.record_stages(figures.spent.as_dict())
+        sender = self._sender
+        if sender is None:  # stopping: sent from here
+            self.finish(batch, bodies, later, figures)
+        else:
+            sender.submit(self.finish, batch, bodies, later, figures)
         return bodies
+
+    def finish(
+        self,
+        batch: Sequence[Incoming],
+        bodies: Sequence[dict[str, Any]],
+        later: Sequence[StoreBeside],
+        figures: BatchFigures | None,
+    ) -> None:
+        """On the sender's thread: a batch's answers to their callers (one round trip),
+        then what nobody waits on: its cache entries and its figures."""
+        try:
+            self.deliver(batch, bodies)
+            for entries in later:
+                entries.store()
+            if figures is not None:
+                self.record(figures)
+        except Exception:  # noqa: BLE001 - the sender must outlive one bad batch
+            log.exception("could not finish a batch of %s requests", len(batch))
 
     def deliver(self, batch: Sequence[Incoming], bodies: Sequence[dict[str, Any]]) -> None:
         requests = [incoming.request for incoming in batch]
@@ -196,8 +214,11 @@ class InteractiveServer:
                 **{"laneway.request": incoming.request.id, "laneway.status": body["status"]},
             )
 
-    def _run_batch(self, requests: Sequence[Request]) -> tuple[list[list[dict[str, Any]]], dict]:
-        """Per request, its items' results (outputs or errors); and the batch's timing."""
+    def _run_batch(
+        self, requests: Sequence[Request], later: list[StoreBeside]
+    ) -> tuple[list[list[dict[str, Any]]], dict, BatchFigures]:
+        """Per request, its items' results (outputs or errors); the batch's timing and
+        figures. The cache entries it made are kept back in `later`."""
         started = time.time()
         settings = self.settings
         pipeline, check = get_pipeline(settings), model_stage_check(settings)
@@ -217,7 +238,9 @@ class InteractiveServer:
                 return [f if f is not None else o for o, f in pairs]
 
             texts = [t for n in members for t in requests[n].texts]
-            outputs, _ = cached_compute(cache.scoped(account), tasks, labels, texts, compute)
+            scoped = cache.scoped(account)
+            later.append(StoreBeside(scoped))
+            outputs, _ = cached_compute(scoped, tasks, labels, texts, compute, later[-1])
             failed += sum(isinstance(o, Failure) for o in outputs)
             start = 0
             for n in members:
@@ -229,15 +252,14 @@ class InteractiveServer:
                     [o.error if isinstance(o, Failure) else None for o in part],
                 )
         ran = time.time()
-        # Recorded by record_batch once the answers are out (the model thread runs both).
-        self.figures = BatchFigures(sum(len(r.texts) for r in requests), failed, spent)
+        figures = BatchFigures(sum(len(r.texts) for r in requests), failed, spent)
         timing = {
             "started": started,
             "run": round((ran - started) * 1000, 2),
             "batch_requests": len(requests),
-            "batch_items": self.figures.items,
+            "batch_items": figures.items,
         }
-        return answers, timing
+        return answers, timing, figures
 
     def lane_and_device(self) -> tuple[str, str]:
         """This worker's interactive queue and model device: fixed for its life, so found
@@ -246,12 +268,9 @@ class InteractiveServer:
             self._lane_device = (serving_queue(), model_device(self.settings))
         return self._lane_device
 
-    def record_batch(self) -> None:
-        """The last batch's figures, after its answers went out: Prometheus (this
-        process's files) and its lane's per-minute counters in Redis, in one round trip."""
-        figures, self.figures = self.figures, None
-        if figures is None:
-            return
+    def record(self, figures: BatchFigures) -> None:
+        """A batch's figures, after its answers went out: Prometheus (this process's
+        files) and its lane's per-minute counters in Redis, in one round trip."""
         lane, device = self.lane_and_device()
         spent = figures.spent
         metrics.record_items(lane, figures.items, figures.failed)
@@ -296,6 +315,7 @@ class InteractiveServer:
         with self._lock:
             feeder, self._feeder = self._feeder, None
             batcher, self._batcher = self._batcher, None
+            sender, self._sender = self._sender, None
         if feeder is not None:
             feeder.stop()
         if batcher is None:
@@ -314,6 +334,8 @@ class InteractiveServer:
         for pending in left:
             pending.future.set_result(None)
         batcher.stop()
+        if sender is not None:
+            sender.shutdown(wait=True)  # every batch that ran is delivered
 
 
 class Feeder:

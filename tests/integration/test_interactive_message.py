@@ -107,14 +107,14 @@ class HeldServer(InteractiveServer):
         super().__init__(settings)
         self.running, self.release = threading.Event(), threading.Event()
 
-    def _run_batch(self, requests):
+    def _run_batch(self, requests, later):
         self.running.set()
         assert self.release.wait(30)
         results = [
             [{"id": i, "echo": t} for i, t in zip(r.ids, r.texts, strict=True)] for r in requests
         ]
         timing = {"started": time.time(), "run": 0.0, "batch_requests": len(requests)}
-        return results, timing
+        return results, timing, None
 
 
 def test_a_stopping_worker_puts_back_what_it_took_and_had_not_started(settings, r):

@@ -223,3 +223,16 @@ def test_one_free_model_thread_takes_what_is_due_as_before():
     with b.cond:
         batch, _ = b.take(0.0, share=2)  # two left, two threads: one each
     assert [p.payload for p in batch] == [3]
+
+
+def test_a_batch_is_held_to_grow_only_while_no_other_model_thread_is_free():
+    b, clock = batcher(max_items=64)
+    for n in range(3):  # a burst: arrivals dense, so a lone free thread would hold them
+        clock.now += 0.001
+        b.submit(n)
+    assert b.take(clock(), share=1) == ([], pytest.approx(0.002))
+    batch, wait = b.take(clock(), share=2)  # another thread is free: no point holding
+    assert [p.payload for p in batch] == [0, 1] and wait == 0.0
+    # Nothing pending: nothing taken, and no busy loop (an unbounded wait).
+    b.pending.clear()
+    assert b.take(clock(), share=2) == ([], float("inf"))
