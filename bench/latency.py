@@ -364,6 +364,9 @@ def main() -> None:
                 finally:
                     peer.stop()
             serving, pids = start_laneway()
+            # Laneway idle again after the peers: the machine's speed drifts over a run, so
+            # its figures bracket the peers'.
+            report["idle_after_peers"] = levels_for(target, pids, "laneway idle again")
 
         if args.batch_items <= 0:  # the idle levels only
             finish(report, args.out)
@@ -382,6 +385,9 @@ def main() -> None:
                 return session.query(Chunk).filter_by(job_id=job.id, state="done").count() > 0
 
         wait_for(chunk_done, 300, "the batch job under way")
+        with session_scope(settings) as session:
+            before = session.query(Chunk).filter_by(job_id=job.id, state="done").count()
+        report["batch_job"]["chunks_done_before_levels"] = before
         report["loaded"] = levels_for(target, pids, "laneway loaded")
         with session_scope(settings) as session:
             status = session.get(Job, job.id).status

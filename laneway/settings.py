@@ -532,7 +532,7 @@ class Settings(BaseSettings):
     batch_nice: Annotated[int, Field(ge=0, le=19)] = 10  # a niceness
     # The longest a cpu-lane batch worker waits, before each micro-batch, while an
     # interactive worker on its host is busy (laneway/yielding.py); 0: it never waits.
-    batch_yield_max: Seconds = 10.0
+    batch_yield_max: Seconds = 2.0
     web_threads: Count = 32
     # Monitoring: Prometheus at /metrics (off: 404), Flower's port, task cap and the link
     # the dashboard shows ("": http://<this host>:<flower_port>/).

@@ -239,7 +239,7 @@ def test_interactive_settings_and_their_defaults():
     s = Settings.from_env({})
     assert (s.sync_max_items, s.sync_timeout, s.batch_max, s.batch_wait_ms) == (32, 2.0, 64, 50.0)
     assert (s.cache_ttl, s.batch_nice, s.interactive_lane) == (300, 10, "auto")
-    assert s.batch_yield_max == 10.0
+    assert s.batch_yield_max == 2.0
     assert Settings.from_env({"LANEWAY_BATCH_YIELD_MAX": "0"}).batch_yield_max == 0
     assert s.interactive_lanes == ()  # cpu, plus gpu where CUDA is
     assert s.embeddings_max_inputs == 2048
