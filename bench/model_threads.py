@@ -1,0 +1,85 @@
+"""Batches side by side against one batch on every core, in this process (issue 19): the
+interactive worker runs its batches on model threads (not the main thread), one per core
+with a torch thread each by default (LANEWAY_INTERACTIVE_MODEL_THREADS). Prints, for
+batches of 1-32 sample messages at bf16: one model thread's forward time on every core
+and on one core, and the texts per second of one model thread on every core against one
+model thread per core.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/model_threads.py
+"""
+
+import csv
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ["HF_HUB_OFFLINE"] = "1"
+from laneway.yielding import openmp_env  # noqa: E402
+
+os.environ.update(openmp_env())  # as the workers run: libgomp reads it when torch loads
+import torch  # noqa: E402
+
+from inference import Encoder  # noqa: E402
+
+CORES = os.cpu_count() or 1
+ROUNDS = 60
+
+
+def texts() -> list[str]:
+    with open("examples/customer_messages.csv", newline="") as f:
+        rows = [row[1] for row in csv.reader(f)][1:]
+    return [f"{t} #{i}" for i, t in enumerate((rows * 20)[:4000])]
+
+
+def batches(sample: list[str], size: int, offset: int = 0):
+    for n in range(ROUNDS):
+        start = (offset + n * size) % (len(sample) - size)
+        yield sample[start : start + size]
+
+
+def in_threads(encoder: Encoder, sample: list[str], size: int, threads: int, torch_threads: int):
+    """`threads` model threads of `torch_threads` each, side by side: the median forward
+    (ms) and the texts per second of them all."""
+    times: list[float] = []
+
+    def work(k: int) -> None:
+        torch.set_num_threads(torch_threads)
+        encoder.encode(sample[:size])  # this thread's OpenMP team, warmed
+        for batch in batches(sample, size, k * 1000):
+            started = time.perf_counter()
+            encoder.encode(batch)
+            times.append((time.perf_counter() - started) * 1000)
+
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    started = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    seconds = time.perf_counter() - started
+    return statistics.median(times), threads * ROUNDS * size / seconds
+
+
+def main() -> None:
+    sample = texts()
+    encoder = Encoder(precision="bf16")
+    encoder.encode(sample[:64])
+    print(f"bf16, {CORES} cores, a model thread (not the main thread) per batch")
+    for size in (1, 4, 8, 32):
+        every, one_rate = in_threads(encoder, sample, size, 1, CORES)
+        single, _ = in_threads(encoder, sample, size, 1, 1)
+        _, side_rate = in_threads(encoder, sample, size, CORES, 1)
+        print(
+            f"batch {size:2d}: forward {every:6.2f} ms on {CORES} torch threads, "
+            f"{single:6.2f} ms on 1; texts/s: one batch at a time on every core "
+            f"{one_rate:5.0f}, {CORES} batches side by side on a core each {side_rate:5.0f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
