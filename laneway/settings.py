@@ -107,6 +107,8 @@ def _models(name: str) -> Callable[[str], dict[str, ModelSpec]]:
             data = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise SettingsError(f"{name} must be a JSON object: {exc.msg}") from None
+        except RecursionError:  # nested deeper than the parser's stack
+            raise SettingsError(f"{name} is nested too deeply to be a model list") from None
         if not isinstance(data, dict):
             raise SettingsError(f"{name} must be a JSON object of model name -> entry")
         models = {}

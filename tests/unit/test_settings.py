@@ -70,6 +70,9 @@ def test_model_registry_and_task_models(tmp_path):
     "env,message",
     [
         ({"LANEWAY_MODELS": "{nope"}, "LANEWAY_MODELS must be a JSON object"),
+        # Nested past the parser's stack: the variable named, not a RecursionError.
+        ({"LANEWAY_MODELS": "[" * 100_000 + "]" * 100_000}, "LANEWAY_MODELS is nested too"),
+        ({"LANEWAY_MODELS": '{"x":' * 100_000 + "1" + "}" * 100_000}, "LANEWAY_MODELS is nest"),
         ({"LANEWAY_MODELS": '{"x": {"kind": "llm", "path": "/"}}'}, r"LANEWAY_MODELS\['x'\].kind"),
         ({"LANEWAY_MODELS": '{"x": {"kind": "embedding", "path": "/no/such"}}'}, "path"),
         ({"LANEWAY_EXTRACT_MODEL": "ghost"}, "LANEWAY_EXTRACT_MODEL names 'ghost'"),
