@@ -45,7 +45,8 @@ def test_a_scrape_reads_the_delivered_messages_once_for_every_queue(client, sett
     """kombu keeps every queue's delivered messages in one hash: a scrape reads it once,
     not once per queue, and still counts each queue's own."""
     from laneway.broker import PRIORITY_SEP, PRIORITY_STEPS, UNACKED
-    from laneway.celery_app import QUEUES
+    from laneway.celery_app import INTERACTIVE_QUEUES, QUEUES
+    from laneway.interactive_protocol import requests_key
 
     def depths(text: str) -> dict[str, float]:
         return {
@@ -61,6 +62,8 @@ def test_a_scrape_reads_the_delivered_messages_once_for_every_queue(client, sett
         r.hset(UNACKED, tag, json.dumps([{"headers": {"id": tag}}, "", queue]))
     waiting = f"interactive.cpu{PRIORITY_SEP}9"  # a priority step's list counts too
     r.lpush(waiting, "{}")
+    listed = requests_key("cpu")  # and the interactive requests waiting on their list
+    r.rpush(listed, "{}", "{}")
     marker = f"scrape-done-{uuid.uuid4().hex}"
     db = r.connection_pool.connection_kwargs.get("db", 0)
     try:
@@ -73,12 +76,14 @@ def test_a_scrape_reads_the_delivered_messages_once_for_every_queue(client, sett
                     commands.append(seen["command"].split()[0].upper())
     finally:
         r.hdel(UNACKED, *tags)
-        r.delete(waiting)
+        r.delete(waiting, listed)
     assert commands.count("HVALS") == 1, commands
-    assert commands.count("LLEN") == len(QUEUES) * len(PRIORITY_STEPS), commands
+    # One round trip: each queue's priority lists, and each interactive lane's request list.
+    lists = len(QUEUES) * len(PRIORITY_STEPS) + len(INTERACTIVE_QUEUES)
+    assert commands.count("LLEN") == lists, commands
     after = depths(text)
     assert after["delivered gpu"] == before["delivered gpu"] + 2
-    assert after["queued interactive.cpu"] == before["queued interactive.cpu"] + 1
+    assert after["queued interactive.cpu"] == before["queued interactive.cpu"] + 3
     assert after["delivered interactive.cpu"] == before["delivered interactive.cpu"]
     assert after["queued gpu"] == before["queued gpu"]
 
