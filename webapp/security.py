@@ -18,6 +18,7 @@ from flask_wtf.csrf import CSRFProtect
 from laneway.jsonbudget import too_costly
 from laneway.redis_conn import client_url
 from laneway.settings import Settings
+from webapp import ratelimit_storage
 from webapp.auth import BEARER_BLUEPRINTS, identify
 from webapp.errors import error_response
 
@@ -73,9 +74,11 @@ def _read_key(path: Path) -> str:
 
 
 def limiter_storage_url(redis_url: str) -> str:
-    """The `limits` library spells a unix-socket Redis `redis+unix://`."""
+    """The rate limiter's storage: `limits`' Redis storage in one round trip per request
+    (webapp/ratelimit_storage.py); `limits` spells a unix-socket Redis `redis+unix://`."""
     url = client_url(redis_url)
-    return "redis+unix://" + url[len("unix://") :] if url.startswith("unix://") else url
+    url = "redis+unix://" + url[len("unix://") :] if url.startswith("unix://") else url
+    return ratelimit_storage.PREFIX + url
 
 
 def _rate_key() -> str:

@@ -88,3 +88,49 @@ def test_the_cli_client_waits_out_a_429_while_polling(make_app, settings, accoun
     polls = [client.job(job_id)["status"] for _ in range(4)]
     assert polls == ["queued"] * 4
     assert refused and all(int(r.headers["Retry-After"]) >= 1 for r in refused)
+
+
+def test_each_limited_request_costs_redis_one_script(two_apps, settings, account_factory):
+    """The hit and the window its headers show come back from one script run: one round
+    trip to Redis for the limiter per request (issue 19), the count still shared."""
+    import redis
+
+    _, key = account_factory("trial")
+    client = two_apps[0].test_client()
+    client.get("/v1/account", headers=auth(key))  # scripts loaded, key cache warm
+    r = redis.Redis.from_url(settings.redis_url)
+    db = r.connection_pool.connection_kwargs.get("db", 0)
+    marker = f"limiter-done-{time.time_ns()}"
+    with r.monitor() as monitor:
+        answer = client.get("/v1/account", headers=auth(key))
+        r.echo(marker)
+        commands = []
+        while marker not in (seen := monitor.next_command())["command"]:
+            if seen["db"] == db:
+                commands.append(seen["command"].split()[0].upper())
+    assert answer.status_code == 200 and answer.headers["RateLimit-Remaining"] == "3"
+    scripts = [c for c in commands if c in ("EVALSHA", "EVAL")]
+    assert len(scripts) == 1, commands
+
+
+def test_a_window_read_with_a_hit_answers_only_its_own_key_while_fresh(settings):
+    from limits import RateLimitItemPerMinute
+    from limits.storage import storage_from_string
+    from limits.strategies import SlidingWindowCounterRateLimiter
+
+    from webapp.ratelimit_storage import OneTripRedisStorage
+    from webapp.security import limiter_storage_url
+
+    storage = storage_from_string(limiter_storage_url(settings.redis_url))
+    assert isinstance(storage, OneTripRedisStorage)
+    limiter = SlidingWindowCounterRateLimiter(storage)
+    item = RateLimitItemPerMinute(3)
+    tag = f"fresh-{time.time_ns()}"
+    assert limiter.hit(item, tag, "a") and limiter.hit(item, tag, "a")
+    # Another key's window is read from Redis, not taken from a's hit.
+    assert limiter.get_window_stats(item, tag, "b").remaining == 3
+    limiter.hit(item, tag, "a")
+    assert limiter.get_window_stats(item, tag, "a").remaining == 0  # from the hit
+    assert limiter.get_window_stats(item, tag, "a").remaining == 0  # read again: the same
+    assert not limiter.hit(item, tag, "a")  # the fourth is refused, in Redis
+    assert limiter.get_window_stats(item, tag, "a").remaining == 0
