@@ -42,7 +42,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["LANEWAY_CACHE_TTL"] = "0"
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 BIN = Path(sys.executable).parent
 LABELS = ["billing", "shipping and delivery", "product quality", "account and login"]
