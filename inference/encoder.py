@@ -9,6 +9,7 @@ from transformers import AutoModel
 
 from inference.base import LocalModel
 from inference.batching import Prepared, scatter
+from inference.packed import PackedBert
 
 
 def default_model_path() -> str:
@@ -30,17 +31,23 @@ class Encoder(LocalModel):
         max_length: int = 256,
         batch_size: int = 32,
         precision: str = "fp32",
+        packed: bool = True,
     ) -> None:
         super().__init__(
             model_path or default_model_path(), device, max_length, batch_size, precision
         )
         self.dim = int(self.model.config.hidden_size)
+        # A BERT's layers over real tokens only, where it applies and agrees with
+        # transformers' forward (inference/packed.py); None: transformers' forward.
+        self.packed = PackedBert.build(self.model, self.device, self.mixed) if packed else None
         # An fp32 twin for the few fixed texts (label descriptions, rating anchors) of a
         # reduced-precision encoder: their vectors meet every item's, so their rounding
         # would bias every score; they are computed once per process (Pipeline caches them).
         self.fixed_encoder: Encoder | None = None
 
     def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.packed is not None:
+            return torch.nn.functional.normalize(self.packed.mean_pooled(inputs), p=2, dim=1)
         # Pooled in fp32: a sum over hundreds of tokens in bf16 (8 significant bits) or fp16
         # loses what the reduced-precision layers kept.
         hidden = self.model(**inputs).last_hidden_state.float()
