@@ -105,3 +105,13 @@ def test_a_packed_forward_that_disagrees_is_not_used(fp32_pair, monkeypatch, cap
     monkeypatch.setattr(PackedBert, "mean_pooled", lambda self, inputs: 1 / 0)
     assert PackedBert.build(eager.model, torch.device("cpu"), False) is None
     assert "the packed one failed (division by zero)" in caplog.text
+
+
+def test_token_rows_round_up_to_few_shapes_and_little_waste():
+    from inference.packed import padded_rows
+
+    rows = [padded_rows(n) for n in range(1, 20001)]
+    assert all(n <= r <= n + max(0, n // 8) for n, r in zip(range(1, 20001), rows, strict=True))
+    assert rows[:15] == list(range(1, 16))  # a lone short text runs as it is
+    assert rows == sorted(rows)
+    assert len(set(rows)) < 130  # a shape per step, eight steps per power of two
