@@ -22,7 +22,6 @@ nothing is computed twice for nobody.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -33,6 +32,7 @@ from typing import Any
 import redis
 
 from laneway import tracing
+from laneway.jsoncodec import dumps_bytes, loads
 
 log = logging.getLogger(__name__)
 TASK_NAME = "laneway.interactive"
@@ -91,7 +91,7 @@ class Request:
         return data
 
     def encode(self) -> bytes:
-        return json.dumps(self.message(), separators=(",", ":")).encode()
+        return dumps_bytes(self.message())
 
     @classmethod
     def from_message(cls, data: dict[str, Any]) -> Request:
@@ -153,7 +153,7 @@ def deliver(r: redis.Redis, answers: Sequence[tuple[Request, dict[str, Any]]]) -
     pair the result kept under the request's id; one round trip for them all."""
     pipe = r.pipeline(transaction=False)
     for request, body in answers:
-        data = json.dumps(body, separators=(",", ":"))
+        data = dumps_bytes(body)
         if request.keep:
             pipe.set(result_key(request.id), data, ex=RESULT_TTL)
         pipe.rpush(reply_key(request.id), data)
@@ -181,7 +181,7 @@ def send_and_wait(
         push(pipe, lane, [request])
         pipe.blpop([reply_key(request.id)], timeout=max(timeout, 0.01))
         got = pipe.execute()[-1]
-    return None if got is None else json.loads(got[1])
+    return None if got is None else loads(got[1])
 
 
 class Popper:
@@ -218,7 +218,7 @@ class Popper:
 def parse(raw: bytes) -> Request | None:
     """A request from its list entry; None for one that is not a request (logged)."""
     try:
-        request = Request.from_message(json.loads(raw))
+        request = Request.from_message(loads(raw))
     except (ValueError, TypeError) as exc:
         log.warning("dropped an unreadable interactive request: %s", type(exc).__name__)
         return None
@@ -241,9 +241,9 @@ def wait_answer(r: redis.Redis, request_id: str, timeout: float) -> dict[str, An
         return None
     # BLPOP counts whole seconds below Redis 6; it takes a float since.
     got = r.blpop([reply_key(request_id)], timeout=max(timeout, 0.01))
-    return None if got is None else json.loads(got[1])
+    return None if got is None else loads(got[1])
 
 
 def read_result(r: redis.Redis, request_id: str) -> dict[str, Any] | None:
     data = r.get(result_key(request_id))
-    return None if data is None else json.loads(data)
+    return None if data is None else loads(data)

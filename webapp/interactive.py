@@ -25,6 +25,7 @@ from webapp import interactive_client as ic
 from webapp.api import job_created, lane_full
 from webapp.auth import app_settings, check_account
 from webapp.errors import error_response
+from webapp.responses import json_response
 
 interactive = Blueprint("interactive", __name__, url_prefix="/v1")
 interactive.before_request(check_account)
@@ -125,9 +126,10 @@ def _sync(task: str) -> Response:
         if body["status"] == ia.FAILURE and not results:
             return error_response(503, "inference_failed", body.get("error", "failed"))
     total = time.perf_counter() - started
-    response = jsonify(
-        task=task, results=results, cached=cached, lane=lane, seconds=round(total, 4)
-    )
+    response = json_response(
+        {"task": task, "results": results, "cached": cached, "lane": lane,
+         "seconds": round(total, 4)}
+    )  # fmt: skip
     if not cached:
         response.headers["Server-Timing"] = ia.server_timing(body, waited, total)
     return _applied(response, wait)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import redis
-from flask import Blueprint, Response, abort, g, jsonify, request
+from flask import Blueprint, Response, abort, g, request
 
 from jobs.inputs import InputError, Limits, parse_json_body, text_items
 from laneway import interactive_protocol as ia
@@ -31,6 +31,7 @@ from webapp import interactive_client as ic
 from webapp.auth import app_settings, check_account
 from webapp.errors import OPENAI_BLUEPRINT, error_response
 from webapp.interactive import cached_results
+from webapp.responses import json_response
 
 openai = Blueprint(OPENAI_BLUEPRINT, __name__, url_prefix="/v1")
 openai.before_request(check_account)
@@ -275,4 +276,4 @@ def create_embeddings() -> Response:
             check_dimensions(asked.model, asked.dimensions, len(results[0]["embedding"]))
         except FieldError as exc:
             return error_response(exc.status, exc.code, str(exc), exc.param)
-    return jsonify(embeddings_body(results, asked.model, asked.encoding))
+    return json_response(embeddings_body(results, asked.model, asked.encoding))

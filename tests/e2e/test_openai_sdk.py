@@ -79,7 +79,11 @@ def test_the_sdk_gets_lanewayss_vectors_and_real_token_counts(server, key):
         assert cosine.min() > 0.9999, cosine
     raw = b64.http_response.json()["data"][1]["embedding"]
     decoded = np.frombuffer(base64.b64decode(raw), dtype="<f4")
-    assert isinstance(raw, str) and np.allclose(decoded, floats.data[1].embedding, atol=1e-6)
+    # The same vector, computed again in another batch: at bf16 a text's vector moves by
+    # up to ~5e-4 with the batch it shares (other token counts, other kernels).
+    again = np.array(floats.data[1].embedding)
+    assert isinstance(raw, str) and decoded.shape == again.shape
+    assert np.abs(decoded - again).max() < 2e-3 and decoded @ again > 0.9999
     # The tokenizer's own count, special tokens in: what the model read.
     tokenizer = AutoTokenizer.from_pretrained(default_model_path())
     tokens = sum(len(tokenizer(t)["input_ids"]) for t in texts)

@@ -1,0 +1,19 @@
+"""JSON responses of the interactive endpoints, encoded by orjson (laneway/jsoncodec.py).
+
+Flask's `jsonify` goes through the stdlib's encoder: for an answer of 384 floats it was a
+tenth of the web process's CPU per interactive request (docs/benchmarks.md, issue 19). The
+body is the same JSON value; only its form differs (keys in the order given, non-ASCII
+written as UTF-8, floats in their shortest form).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response
+
+from laneway.jsoncodec import dumps_bytes
+
+
+def json_response(payload: Any, status: int = 200) -> Response:
+    return Response(dumps_bytes(payload), status=status, mimetype="application/json")
