@@ -9,6 +9,7 @@ it needs no CSRF token: a browser cannot attach a bearer header on another site'
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
 from typing import Any
 
@@ -61,11 +62,16 @@ def _identified(settings: Settings, account: Account, prefix: str) -> None:
 
 
 def key_cache() -> KeyCache:
-    """This web process's trusted API keys (webapp/keycache.py)."""
+    """This web process's trusted API keys (webapp/keycache.py), read again ahead of their
+    lapse by a thread of its own."""
     cache = current_app.extensions.get("laneway_keys")
     if cache is None:
         ttl = app_settings().auth_cache_seconds
-        cache = current_app.extensions.setdefault("laneway_keys", KeyCache(ttl))
+        pool = ThreadPoolExecutor(1, thread_name_prefix="laneway-keys")
+        made = KeyCache(ttl, refresh=pool.submit)
+        cache = current_app.extensions.setdefault("laneway_keys", made)
+        if cache is not made:
+            pool.shutdown(wait=False)
     return cache
 
 

@@ -11,7 +11,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import redis
 
@@ -52,7 +54,10 @@ class LaneChooser:
     """Per web process: whether an interactive gpu worker is live, from the worker registry
     (Postgres heartbeats), read at most every `refresh` seconds. A request the gpu lane did
     not answer in time marks it missed: it is trusted again only once a worker has beaten
-    since (a worker killed without a word stays registered until its heartbeats lapse)."""
+    since (a worker killed without a word stays registered until its heartbeats lapse).
+    With `ahead` (a pool's submit), a read that is due runs there while requests go on with
+    the last answer, so none waits on Postgres; the first read, and the first after a
+    miss, are made inline."""
 
     def __init__(
         self,
@@ -60,38 +65,54 @@ class LaneChooser:
         dead_after: float,
         refresh: float = 2.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        ahead: Callable[[Callable[[], None]], Any] | None = None,
     ) -> None:
         self.served_since = served_since
         self.dead_after = timedelta(seconds=dead_after)
         self.refresh = timedelta(seconds=refresh)
         self.clock = clock
+        self.ahead = ahead
         self.lock = threading.Lock()
         self.read_at: datetime | None = None
         self.missed_at: datetime | None = None
         self.live = False
+        self.misses = 0  # a read begun before the latest miss is not believed
 
     def gpu_live(self) -> bool:
         now = self.clock()
         with self.lock:
             if self.read_at is not None and now - self.read_at < self.refresh:
                 return self.live
+            background = self.ahead is not None and self.read_at is not None
             self.read_at = now
             since = now - self.dead_after
             if self.missed_at is not None:
                 since = max(since, self.missed_at)
+            misses, live = self.misses, self.live
+        if background:
+            try:
+                self.ahead(lambda: self._read(since, misses))  # type: ignore[misc]
+                return live
+            except RuntimeError:  # the pool is shut down: read here
+                pass
+        return self._read(since, misses)
+
+    def _read(self, since: datetime, misses: int) -> bool:
         try:
             live = self.served_since(since)
         except Exception as exc:  # noqa: BLE001 - the cpu lane still answers
             log.warning("could not read the interactive workers: %s", type(exc).__name__)
             live = False
         with self.lock:
-            self.live = live
-        return live
+            if misses == self.misses:
+                self.live = live
+            return self.live
 
     def missed(self) -> None:
         with self.lock:
             self.missed_at = self.clock()
             self.live, self.read_at = False, None
+            self.misses += 1
 
 
 _choosers: dict[tuple[int, str], LaneChooser] = {}
@@ -107,7 +128,10 @@ def chooser(settings: Settings) -> LaneChooser:
             def served_since(since: datetime) -> bool:
                 return bool(alive_workers(settings, "interactive.gpu", since))
 
-            _choosers[key] = LaneChooser(served_since, settings.worker_dead_after)
+            pool = ThreadPoolExecutor(1, thread_name_prefix="laneway-lanes")
+            _choosers[key] = LaneChooser(
+                served_since, settings.worker_dead_after, ahead=pool.submit
+            )
         return _choosers[key]
 
 

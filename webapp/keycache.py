@@ -8,10 +8,15 @@ and the key's liveness is judged again at every request (a rotation's future rev
 moment takes effect on time). A change in Postgres (a revoked key, a new account type)
 reaches the process within the TTL: that is the bound the docs state. A key that was not
 found is never kept: a new key works at once, and a wrong one always costs a look-up.
+
+A key in use is read again before its copy lapses (past half its TTL, by `refresh`: the
+web process's pool thread), so a steady caller's requests never wait on Postgres; the
+copy is trusted only until its own end, so the bound holds as before.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -22,6 +27,8 @@ from typing import Any
 
 from db.models import Account, ApiKey
 from db.queries import hash_key, is_live
+
+log = logging.getLogger(__name__)
 
 # Keys kept per process at most; the oldest goes first.
 MAX_KEYS = 10_000
@@ -42,12 +49,21 @@ class KnownKey:
 
 
 class KeyCache:
-    """Per web process: key hash -> KnownKey, for `ttl` seconds (0: off)."""
+    """Per web process: key hash -> KnownKey, for `ttl` seconds (0: off). `refresh` runs a
+    look-up out of the request's way (a pool's submit); None: keys are read again only once
+    their copy has lapsed, by the request that finds it so."""
 
-    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl: float,
+        clock: Callable[[], float] = time.monotonic,
+        refresh: Callable[[Callable[[], None]], Any] | None = None,
+    ) -> None:
         self.ttl = ttl
         self.clock = clock
+        self.refresh = refresh
         self._known: OrderedDict[str, KnownKey] = OrderedDict()
+        self._refreshing: set[str] = set()
         self._lock = threading.Lock()
 
     def find(self, key: str, look_up: Callable[[], KeyRow | None]) -> tuple[Account, str] | None:
@@ -65,15 +81,49 @@ class KeyCache:
                     self._known.pop(digest, None)
                 return None
             known = KnownKey(*found, until=now + self.ttl)
-            if self.ttl > 0:
-                with self._lock:
-                    self._known[digest] = known
-                    self._known.move_to_end(digest)
-                    while len(self._known) > MAX_KEYS:
-                        self._known.popitem(last=False)
+            self._keep(digest, known)
+        elif self.refresh is not None and known.until - now < self.ttl / 2:
+            self._read_ahead(digest, look_up)
         if not known.live():
             return None
         return _account(known.account), known.prefix
+
+    def _keep(self, digest: str, known: KnownKey) -> None:
+        if self.ttl > 0:
+            with self._lock:
+                self._known[digest] = known
+                self._known.move_to_end(digest)
+                while len(self._known) > MAX_KEYS:
+                    self._known.popitem(last=False)
+
+    def _read_ahead(self, digest: str, look_up: Callable[[], KeyRow | None]) -> None:
+        """Read the key again in the background (once at a time per key): a copy that is
+        trusted from the look-up's start, or none when the key is no longer live."""
+        with self._lock:
+            if digest in self._refreshing:
+                return
+            self._refreshing.add(digest)
+
+        def read() -> None:
+            try:
+                started = self.clock()
+                found = look_up()
+                if found is None:
+                    with self._lock:
+                        self._known.pop(digest, None)
+                else:
+                    self._keep(digest, KnownKey(*found, until=started + self.ttl))
+            except Exception as exc:  # noqa: BLE001 - the copy lapses; a request reads again
+                log.warning("could not read an API key ahead: %s", type(exc).__name__)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(digest)
+
+        try:
+            self.refresh(read)  # type: ignore[misc]
+        except RuntimeError:  # the pool is shut down: the copy lapses as without one
+            with self._lock:
+                self._refreshing.discard(digest)
 
     def clear(self) -> None:
         with self._lock:

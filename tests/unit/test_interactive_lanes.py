@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.later import Later
 from webapp.interactive_client import LaneChooser, choose_lane
 
 
@@ -80,3 +81,38 @@ def test_a_registry_that_cannot_be_read_sends_to_cpu(clock):
     registry.down = False
     clock(2)
     assert chooser.gpu_live()
+
+
+def test_a_due_read_runs_ahead_and_requests_go_on_with_the_last_answer(clock):
+    registry, later = Registry(), Later()
+    chooser = LaneChooser(registry.served_since, 20, refresh=2, clock=clock, ahead=later)
+    registry.beats.append(clock())
+    assert chooser.gpu_live() and len(registry.reads) == 1  # the first read: inline
+    clock(2.5)
+    registry.beats.clear()
+    clock(30)  # the worker is gone, but no read has said so yet
+    assert chooser.gpu_live() and chooser.gpu_live()  # one read queued, none inline
+    assert len(registry.reads) == 1 and len(later.jobs) == 1
+    later.run()
+    assert not chooser.gpu_live() and len(registry.reads) == 2
+
+
+def test_a_read_begun_before_a_miss_does_not_bring_the_gpu_lane_back(clock):
+    registry, later = Registry(), Later()
+    chooser = LaneChooser(registry.served_since, 20, refresh=2, clock=clock, ahead=later)
+    registry.beats.append(clock())
+    assert chooser.gpu_live()
+    clock(2.5)
+    registry.beats.append(clock())
+    assert chooser.gpu_live()  # a read queued; it will find the beat
+    clock(0.5)
+    chooser.missed()  # meanwhile a request went unanswered on the gpu lane
+    later.run()
+    assert chooser.live is False
+    assert not chooser.gpu_live()  # read again inline, since the miss: no beat since
+    clock(1)
+    registry.beats.append(clock())
+    clock(2.5)
+    assert chooser.gpu_live() is False  # the last answer, while the due read runs ahead
+    later.run()
+    assert chooser.gpu_live()  # a worker beat after the miss: trusted again

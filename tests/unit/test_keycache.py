@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from tests.later import Later
 from webapp.keycache import MAX_KEYS, KeyCache
 
 
@@ -126,3 +127,54 @@ def test_the_setting_is_bounded_and_names_itself():
     for bad in ("-1", "nan", "inf", "61", "soon"):
         with pytest.raises(SettingsError, match="LANEWAY_AUTH_CACHE_SECONDS"):
             Settings.from_env({"LANEWAY_AUTH_CACHE_SECONDS": bad})
+
+
+def test_a_key_in_use_is_read_ahead_and_no_request_waits_on_the_database():
+    clock, db, later = Clock(), LookUps(_row()), Later()
+    cache = KeyCache(2.0, clock, refresh=later)
+    cache.find("k_a_b", db)
+    assert db.calls == 1
+    clock.now += 0.9  # within the first half of the TTL: nothing ahead
+    cache.find("k_a_b", db)
+    assert later.jobs == []
+    clock.now += 0.2  # past it: one read ahead, queued, whatever the requests
+    for _ in range(3):
+        assert cache.find("k_a_b", db) is not None
+    assert db.calls == 1 and len(later.jobs) == 1
+    later.run()  # the pool's thread reads at 1001.1: trusted until 1003.1
+    assert db.calls == 2
+    clock.now += 1.9  # past the first copy's end (1002.0), inside the new one's
+    assert cache.find("k_a_b", db) is not None and db.calls == 2
+
+
+def test_a_revocation_read_ahead_ends_the_key_before_its_copy_would_have():
+    clock, db, later = Clock(), LookUps(_row()), Later()
+    cache = KeyCache(2.0, clock, refresh=later)
+    cache.find("k_a_b", db)
+    clock.now += 1.5
+    cache.find("k_a_b", db)
+    db.answer = None  # revoked in Postgres
+    later.run()
+    assert len(cache) == 0
+    assert cache.find("k_a_b", db) is None  # refused at once, asked inline again
+
+
+def test_a_read_ahead_that_fails_leaves_the_copy_to_lapse_on_time(caplog):
+    clock, db, later = Clock(), LookUps(_row()), Later()
+    cache = KeyCache(2.0, clock, refresh=later)
+    cache.find("k_a_b", db)
+    clock.now += 1.5
+
+    def away():
+        raise OSError("database away")
+
+    assert cache.find("k_a_b", away) is not None  # served from the copy; a read queued
+    cache.find("k_a_b", away)  # one read at a time per key
+    assert len(later.jobs) == 1
+    later.run()
+    assert "could not read an API key ahead: OSError" in caplog.text
+    cache.find("k_a_b", db)  # the failed read is over: another may go
+    assert len(later.jobs) == 1
+    clock.now += 0.6  # past 1002.0: the copy lapsed, the request reads inline
+    db.answer = None
+    assert cache.find("k_a_b", db) is None
