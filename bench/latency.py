@@ -186,6 +186,8 @@ def run_level(target, clients: int, seconds: float, texts: Texts, pids: dict[str
     n = max(1, len(latencies))
     cpu_ms = {k: round(1000 * (cpu_after[k] - cpu_before[k]) / n, 2) for k in cpu_after}
     names = sorted({k for s in stages for k in s})
+    # Where the tail's time went: the slowest requests' own stages (Server-Timing).
+    slowest = sorted(zip(latencies, stages, strict=True), key=lambda x: -x[0])[:5]
     return {
         "system": target.name,
         "clients": clients,
@@ -200,6 +202,7 @@ def run_level(target, clients: int, seconds: float, texts: Texts, pids: dict[str
         "stage_median_ms": {
             k: round(statistics.median(s[k] for s in stages if k in s), 2) for k in names
         },
+        "slowest_ms": [{"total": round(1000 * t, 1), **s} for t, s in slowest],
     }
 
 

@@ -143,6 +143,7 @@ def server_timing(answer_body: dict[str, Any], waited: float, total: float) -> s
     t = answer_body.get("timing") or {}
     stages = [(k, t[k]) for k in ("broker", "batchwait", "run") if k in t]
     inside = sum(v for _, v in stages)
+    stages += [("model", t["model"])] if "model" in t else []  # inside `run`
     stages += [("reply", max(0.0, waited * 1000 - inside)), ("view", total * 1000)]
     stages.append(("batch", t.get("batch_items", 0)))
     return ", ".join(f"{name};dur={value:.2f}" for name, value in stages)

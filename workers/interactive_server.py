@@ -256,6 +256,7 @@ class InteractiveServer:
         timing = {
             "started": started,
             "run": round((ran - started) * 1000, 2),
+            "model": round(spent.model * 1000, 2),  # of which the model stage
             "batch_requests": len(requests),
             "batch_items": figures.items,
         }
