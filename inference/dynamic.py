@@ -103,13 +103,17 @@ class DynamicBatcher:
         # another runs, so the cores never wait on one batch's serial parts.
         self.threads = max(1, threads)
         self.thread_start = thread_start
-        self.free = 0  # model threads waiting for a batch
+        # Model threads waiting for a batch, the most recently freed last: it takes what is
+        # due (a lone request keeps going to the thread that ran the last one, whose memory
+        # and caches are warm; Condition.notify would wake the longest idle).
+        self._idle: list[threading.Condition] = []
         # Called once every request of a batch is settled: bookkeeping nobody should wait on.
         self.after_batch = after_batch
         self.policy = BatchPolicy(max_items, max_wait)
         self.clock = clock
         self.pending: list[Pending] = []
-        self.cond = threading.Condition()
+        self._lock = threading.RLock()
+        self.cond = threading.Condition(self._lock)  # its lock guards everything here
         self.batches = 0
         # Requests submitted and not yet settled, and since when (wall clock) there have
         # been some or none: the worker's heartbeat reports it as busy or idle.
@@ -125,7 +129,7 @@ class DynamicBatcher:
             self.policy.arrived(now)
             request = Pending(payload, max(1, size), now)
             self.pending.append(request)
-            self.cond.notify()
+            self._wake_top()
         return request.future
 
     def take(self, now: float, share: int = 1) -> tuple[list[Pending], float]:
@@ -181,23 +185,36 @@ class DynamicBatcher:
         with self.cond:
             return self.in_flight, self.since
 
+    @property
+    def free(self) -> int:
+        """Model threads waiting for a batch."""
+        return len(self._idle)
+
+    def _wake_top(self) -> None:
+        """Call with the lock held: the most recently freed model thread looks at what is due."""
+        if self._idle:
+            self._idle[-1].notify()
+
     def _loop(self) -> None:
         if self.thread_start is not None:
             self.thread_start()
+        mine = threading.Condition(self._lock)  # this thread's own wake-up
         while True:
             with self.cond:
-                self.free += 1
+                self._idle.append(mine)
                 while True:
                     if self._stop:
-                        self.free -= 1
+                        self._idle.remove(mine)
                         return
-                    batch, wait = self.take(self.clock(), self.free)
-                    if batch:
-                        break
-                    self.cond.wait(None if wait == float("inf") else wait)
-                self.free -= 1
+                    wait = float("inf")
+                    if self._idle[-1] is mine:  # the others wait their turn at the top
+                        batch, wait = self.take(self.clock(), self.free)
+                        if batch:
+                            break
+                    mine.wait(None if wait == float("inf") else wait)
+                self._idle.remove(mine)
                 if self.pending:
-                    self.cond.notify()  # the rest is another free thread's part
+                    self._wake_top()  # the rest is the next free thread's part
             self.run(batch)
 
     def start(self) -> DynamicBatcher:
@@ -218,7 +235,8 @@ class DynamicBatcher:
     def stop(self) -> None:
         with self.cond:
             self._stop = True
-            self.cond.notify_all()
+            for waiting in self._idle:
+                waiting.notify()
             left, self.pending = self.pending, []
             self._count(-len(left))
         for request in left:
