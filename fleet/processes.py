@@ -127,6 +127,8 @@ def web_argv(settings: Settings, host: str, port: int) -> list[str]:
         "--access-logfile", "-",
         # The default format logs a Basic-auth user name, which could be an API key.
         "--access-logformat", ACCESS_LOG_FORMAT,
+        # Its hooks: what a worker made at start is kept out of the collector's walks.
+        "--config", "python:webapp.gunicorn_hooks",
         "webapp:create_app()",
     ]  # fmt: skip
 
