@@ -84,6 +84,27 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
+def local_redis_pid(url: str) -> int | None:
+    """The Redis server's pid when it runs on this machine (its CPU per request is shown
+    beside Laneway's own processes: the peers need no Redis), else None."""
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    where = urlsplit(url)
+    if where.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    try:
+        listening = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return None
+    return next(
+        (c.pid for c in listening
+         if c.status == psutil.CONN_LISTEN and c.laddr.port == (where.port or 6379) and c.pid),
+        None,
+    )  # fmt: skip
+
+
 class Laneway:
     """One text per request to Laneway's interactive endpoint for `task`."""
 
@@ -313,7 +334,11 @@ def main() -> None:
 
         wait_for(up, 180, "the interactive worker")
         wait_for(healthy, 120, "the web app")
-        return [web, worker], {"web": web.pid, "interactive worker": worker.pid}
+        pids = {"web": web.pid, "interactive worker": worker.pid}
+        redis_pid = local_redis_pid(settings.redis_url)
+        if redis_pid is not None:
+            pids["redis (shared)"] = redis_pid
+        return [web, worker], pids
 
     def levels_for(target, pids: dict[str, int], label: str) -> dict[str, list[dict]]:  # noqa: ANN001
         out = {}
