@@ -9,7 +9,6 @@ it needs no CSRF token: a browser cannot attach a bearer header on another site'
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import wraps
 from typing import Any
 
@@ -20,6 +19,7 @@ from db.queries import is_live, live_key
 from db.session import session_factory
 from laneway.settings import Settings
 from webapp import sessions
+from webapp.ahead import read_ahead
 from webapp.keycache import KeyCache, KeyRow, key_row
 
 # Blueprints whose callers authenticate with `Authorization: Bearer <key>`.
@@ -63,15 +63,11 @@ def _identified(settings: Settings, account: Account, prefix: str) -> None:
 
 def key_cache() -> KeyCache:
     """This web process's trusted API keys (webapp/keycache.py), read again ahead of their
-    lapse by a thread of its own."""
+    lapse (webapp/ahead.py)."""
     cache = current_app.extensions.get("laneway_keys")
     if cache is None:
-        ttl = app_settings().auth_cache_seconds
-        pool = ThreadPoolExecutor(1, thread_name_prefix="laneway-keys")
-        made = KeyCache(ttl, refresh=pool.submit)
+        made = KeyCache(app_settings().auth_cache_seconds, refresh=read_ahead)
         cache = current_app.extensions.setdefault("laneway_keys", made)
-        if cache is not made:
-            pool.shutdown(wait=False)
     return cache
 
 

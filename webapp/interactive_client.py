@@ -11,7 +11,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +21,7 @@ from laneway.interactive_protocol import Request, push
 from laneway.interactive_protocol import send_and_wait as send_and_wait_answer
 from laneway.redis_conn import client_url
 from laneway.settings import Settings
+from webapp.ahead import read_ahead
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +128,7 @@ def chooser(settings: Settings) -> LaneChooser:
             def served_since(since: datetime) -> bool:
                 return bool(alive_workers(settings, "interactive.gpu", since))
 
-            pool = ThreadPoolExecutor(1, thread_name_prefix="laneway-lanes")
-            _choosers[key] = LaneChooser(
-                served_since, settings.worker_dead_after, ahead=pool.submit
-            )
+            _choosers[key] = LaneChooser(served_since, settings.worker_dead_after, ahead=read_ahead)
         return _choosers[key]
 
 

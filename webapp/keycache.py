@@ -10,8 +10,8 @@ reaches the process within the TTL: that is the bound the docs state. A key that
 found is never kept: a new key works at once, and a wrong one always costs a look-up.
 
 A key in use is read again before its copy lapses (past half its TTL, by `refresh`: the
-web process's pool thread), so a steady caller's requests never wait on Postgres; the
-copy is trusted only until its own end, so the bound holds as before.
+web process's read-ahead pool, webapp/ahead.py), so a steady caller's requests never wait
+on Postgres; the copy is trusted only until its own end, so the bound holds as before.
 """
 
 from __future__ import annotations

@@ -1,0 +1,19 @@
+"""The web process's read-ahead pool: jobs run off the caller's thread, on one pool per
+process."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from webapp import ahead
+
+
+def test_jobs_run_on_the_processs_one_pool_off_the_callers_thread():
+    names: list[str] = []
+    first = ahead.read_ahead(lambda: names.append(threading.current_thread().name))
+    second = ahead.read_ahead(lambda: names.append(threading.current_thread().name))
+    first.result(5), second.result(5)
+    assert all(n.startswith("laneway-ahead") for n in names) and len(names) == 2
+    assert threading.current_thread().name not in names
+    assert list(ahead._pools) == [os.getpid()]
