@@ -16,6 +16,7 @@ from webapp.interactive import interactive
 from webapp.openai_compat import openai
 from webapp.ops import ops
 from webapp.pages import pages
+from webapp.request import LanewayRequest
 from webapp.security import init_security
 
 
@@ -35,6 +36,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     tracing.configure("laneway-web")
     # webapp/static: the pages' stylesheet and script (the CSP allows only this origin).
     app = Flask(__name__)
+    app.request_class = LanewayRequest  # a chunked body past the limit: 413, not cut off
     app.config["LANEWAY_SETTINGS"] = settings
     # The ceiling for every request; identify() lowers it to the caller's account type.
     app.config["MAX_CONTENT_LENGTH"] = settings.max_upload_bytes

@@ -211,3 +211,55 @@ def test_the_web_form_refuses_the_same_files_with_the_same_messages(app, account
         refused = _submit(browser, {"file": (io.BytesIO(data), name)})
         assert refused.status_code == 400 and message.encode() in refused.data, name
     assert jobs_of(account.id) == 0
+
+
+def _chunked(client, path: str, key: str, body: bytes, content_type: str = "application/json"):
+    """A body sent without a length, as a server (gunicorn) hands it over: terminated."""
+    return client.post(
+        path,
+        input_stream=io.BytesIO(body),
+        headers={**auth(key), "Transfer-Encoding": "chunked"},
+        content_type=content_type,
+        environ_overrides={"wsgi.input_terminated": True},
+    )
+
+
+@pytest.mark.parametrize("path", ["/v1/jobs", "/v1/embed", "/v1/embeddings"])
+def test_a_body_without_a_length_past_the_limit_is_413_not_cut_off(client, account_factory, path):
+    account, demo = account_factory("demo")
+    fields = {"/v1/embeddings": b'{"model": "minilm", "input": ["hi"]}'}
+    valid = fields.get(path, b'{"items": [{"id": "1", "text": "hi"}]}')
+    before = jobs_of(account.id)
+
+    def refused(response, *parts: str) -> None:
+        if path != "/v1/embeddings":
+            return _error(response, 413, *parts)
+        assert response.status_code == 413, response.data[:300]  # OpenAI's error shape
+        for part in parts:
+            assert part in response.json["error"]["message"], response.json
+
+    # Valid JSON up to the 1 MiB limit, then more: cut at the limit it would still parse.
+    refused(
+        _chunked(client, path, demo, valid + b" " * (2 << 20)),
+        "larger than 1 MiB, the limit for demo accounts (LANEWAY_MAX_UPLOAD_BYTES_DEMO)",
+    )
+    refused(_chunked(client, path, demo, b" " * (64 << 20)), "larger than 1 MiB")
+    assert jobs_of(account.id) == before
+    if path == "/v1/jobs":  # under the limit, the same way: taken whole
+        assert _chunked(client, path, demo, valid + b" " * 1000).status_code == 202
+
+
+def test_an_upload_without_a_length_past_the_limit_is_413(client, account_factory):
+    account, demo = account_factory("demo")
+    boundary = "b0undary"
+    part = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="in.csv"\r\n'
+        "Content-Type: text/csv\r\n\r\n"
+    ).encode()
+    rows = b"id,text\n" + b"".join(b"%d,hello\n" % i for i in range(200_000))
+    body = part + rows + f"\r\n--{boundary}--\r\n".encode()
+    response = _chunked(
+        client, "/v1/jobs", demo, body, content_type=f"multipart/form-data; boundary={boundary}"
+    )
+    _error(response, 413, "larger than 1 MiB")
+    assert jobs_of(account.id) == 0
