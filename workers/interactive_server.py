@@ -60,6 +60,13 @@ def is_interactive(queues: Sequence[str] | None) -> bool:
     )
 
 
+STOPPED_BEFORE = "the interactive worker stopped before this request's batch"
+
+
+class Stopping(RuntimeError):
+    """The server is stopping: it takes no more requests."""
+
+
 @dataclass
 class Incoming:
     """A request as the batcher holds it: when this worker took it, and whether off the
@@ -108,7 +115,10 @@ class InteractiveServer:
         self._batcher: DynamicBatcher | None = None
         self._sender: ThreadPoolExecutor | None = None
         self._feeder: Feeder | None = None
-        self._lock = threading.Lock()
+        # Guards the three above and `_stopping`; re-entrant: `take` holds it while it
+        # hands requests over, so a stop sees every request taken or none.
+        self._lock = threading.RLock()
+        self._stopping = False
 
     def model_threads(self) -> tuple[int, int]:
         """How many batches run side by side, and each one's torch threads: on a CPU, one
@@ -124,9 +134,12 @@ class InteractiveServer:
         return threads, max(1, cores // threads)
 
     def batcher(self) -> DynamicBatcher:
-        """This process's batcher (and its model threads), started on first use."""
+        """This process's batcher (and its model threads), started on first use; once the
+        server is stopping, none is started again (`Stopping`)."""
         with self._lock:
             if self._batcher is None:
+                if self._stopping:
+                    raise Stopping("the interactive worker is stopping")
                 threads, torch_threads = self.model_threads()
                 # One thread sends every batch's answers, in the order the batches ended.
                 self._sender = ThreadPoolExecutor(1, thread_name_prefix="laneway-sender")
@@ -285,24 +298,34 @@ class InteractiveServer:
 
     def take(self, requests: Sequence[Request], listed: bool) -> list[Future]:
         """Hand requests to the batcher (each answered on the model thread); a synchronous
-        request past its deadline is dropped: its caller has stored it as a job."""
+        request past its deadline is dropped: its caller has stored it as a job. Once the
+        server is stopping, none is taken (`Stopping`): the caller puts them back or
+        answers them. The hand-over holds the server's lock, so `stop` finds each request
+        in the batcher (and puts it back) or never handed over."""
         received = time.time()
         self.busy.mark()  # batch workers on this host step aside (laneway/yielding.py)
-        batcher = self.batcher()
         futures = []
-        for request in requests:
-            if request.stale(received):
-                metrics.record_stale(self.lane_and_device()[0])
-                continue
-            incoming = Incoming(request, received, listed)
-            futures.append(batcher.submit(incoming, size=len(request.texts)))
+        with self._lock:
+            batcher = self.batcher()
+            for request in requests:
+                if request.stale(received):
+                    metrics.record_stale(self.lane_and_device()[0])
+                    continue
+                incoming = Incoming(request, received, listed)
+                futures.append(batcher.submit(incoming, size=len(request.texts)))
         return futures
 
     def serve(self, messages: list[dict[str, Any]]) -> None:
         """The Celery task's way in (a request sent as a message, by a web app of an
         earlier release): answered like the list's, the task's thread waits for it."""
         parsed = [Request.from_message(m) for m in messages]
-        wait(self.take(parsed, listed=False))
+        try:
+            wait(self.take(parsed, listed=False))
+        except Stopping:
+            self.deliver(
+                [Incoming(r, time.time(), listed=False) for r in parsed],
+                [answer(r, None, STOPPED_BEFORE) for r in parsed],
+            )
 
     def feed(self, lane: str) -> None:
         """Start the thread that takes the lane's requests off its Redis list."""
@@ -312,27 +335,26 @@ class InteractiveServer:
 
     def stop(self) -> None:
         """Stop taking requests; those taken off the list and not yet started go back to
-        its head for another worker (or this one's successor); the batch running finishes;
-        a Celery task's request not started is answered with an error."""
+        its head, in their order, for another worker (or this one's successor); the batch
+        running finishes; a Celery task's request not started is answered with an error.
+        The feeder stops first, so a request it is handing over reaches the batcher and
+        is put back with the rest; no batcher starts after this."""
         with self._lock:
+            self._stopping = True
             feeder, self._feeder = self._feeder, None
-            batcher, self._batcher = self._batcher, None
-            sender, self._sender = self._sender, None
         if feeder is not None:
             feeder.stop()
+        with self._lock:
+            batcher, self._batcher = self._batcher, None
+            sender, self._sender = self._sender, None
         if batcher is None:
             return
         left = batcher.drain()
         listed = [p.payload for p in left if p.payload.listed]
         if feeder is not None and listed:
-            try:
-                feeder.popper.put_back([i.request.encode() for i in listed])
-                log.info("put %s requests back on the list for another worker", len(listed))
-            except redis.RedisError as exc:  # their callers' waits end: stored as jobs
-                log.warning("could not put %s requests back: %s", len(listed), exc)
+            feeder.put_back([i.request for i in listed])
         told = [p.payload for p in left if not p.payload.listed]
-        error = "the interactive worker stopped before this request's batch"
-        self.deliver(told, [answer(i.request, None, error) for i in told])
+        self.deliver(told, [answer(i.request, None, STOPPED_BEFORE) for i in told])
         for pending in left:
             pending.future.set_result(None)
         batcher.stop()
@@ -365,6 +387,14 @@ class Feeder:
         self.stopping.set()
         self.thread.join(self.POLL + 5)
 
+    def put_back(self, requests: Sequence[Request]) -> None:
+        """Requests taken off the list and never started: back at its head, in order."""
+        try:
+            self.popper.put_back([r.encode() for r in requests])
+            log.info("put %s requests back on the list for another worker", len(requests))
+        except redis.RedisError as exc:  # their callers' waits end: stored as jobs
+            log.warning("could not put %s requests back: %s", len(requests), exc)
+
     def run(self) -> None:
         count = self.server.settings.batch_max
         away = False
@@ -384,6 +414,9 @@ class Feeder:
             if requests:
                 try:
                     self.server.take(requests, listed=True)
+                except Stopping:  # its stop outwaited this thread: back for another worker
+                    self.put_back(requests)
+                    return
                 except Exception:  # noqa: BLE001 - the thread must outlive one bad take
                     log.exception("could not take %s interactive requests", len(requests))
 

@@ -147,3 +147,70 @@ def test_a_stopping_worker_puts_back_what_it_took_and_had_not_started(settings, 
     assert first["output"] == [{"id": "0", "echo": "a text 0"}]
     assert [ia.parse(raw).id for raw in r.lrange(key, 0, -1)] == [q.id for q in requests[1:]]
     assert not r.exists(ia.reply_key(requests[1].id), ia.reply_key(requests[2].id))
+
+
+def test_a_request_being_handed_over_when_the_worker_stops_is_put_back_too(settings, r):
+    """The feeder has taken the last request off the list and not yet handed it to the
+    batcher when the stop begins: it is put back with the other one not started, in
+    order, and no batch starts for it (a fresh batcher used to, and nobody stopped it)."""
+    from tests.e2e.procs import wait_for
+
+    where = lane()
+    server = HeldServer(settings.replace(batch_max=1))
+    handing, go_on = threading.Event(), threading.Event()
+    takes: list[int] = []
+    mark = server.busy.mark
+
+    def held_mark() -> None:  # the feeder's hand-over of its third request waits here
+        takes.append(1)
+        if len(takes) == 3:
+            handing.set()
+            go_on.wait(30)
+        mark()
+
+    server.busy.mark = held_mark
+    requests = [request(n) for n in range(3)]
+    server.feed(where)
+    feeder = server._feeder
+    stopping = threading.Thread(target=server.stop)
+    try:
+        with r.pipeline(transaction=False) as pipe:
+            ia.push(pipe, where, requests)
+            pipe.execute()
+        assert server.running.wait(30) and handing.wait(30)
+        key = ia.requests_key(where)
+        assert r.llen(key) == 0  # every request is off the list
+        stopping.start()
+        wait_for(feeder.stopping.is_set, 30, "the stop begins", [])
+        go_on.set()  # the hand-over goes on while the stop waits for the feeder
+        wait_for(lambda: r.llen(key) == 2, 30, "the two not started are put back", [])
+        server.release.set()
+        stopping.join(30)
+        assert not stopping.is_alive()
+    finally:
+        go_on.set()
+        server.release.set()
+        server.stop()
+    assert [ia.parse(raw).id for raw in r.lrange(key, 0, -1)] == [q.id for q in requests[1:]]
+    first = ia.wait_answer(r, requests[0].id, 5)
+    assert first is not None and first["status"] == ia.SUCCESS
+    assert not r.exists(ia.reply_key(requests[1].id), ia.reply_key(requests[2].id))
+
+
+def test_a_stopped_worker_takes_nothing_more(settings, r):
+    """After its stop no batcher starts again: a request from the list is refused (for
+    its feeder to put back), and one sent as a Celery message is answered with an error."""
+    from workers.interactive_server import STOPPED_BEFORE, Stopping
+
+    server = HeldServer(settings)
+    server.batcher()
+    server.stop()
+    with pytest.raises(Stopping):
+        server.take([request(1)], listed=True)
+    assert server._batcher is None and not server.running.is_set()
+    late = request(2)
+    server.serve([late.message()])
+    told = ia.wait_answer(r, late.id, 5)
+    assert told is not None and told["status"] != ia.SUCCESS
+    assert STOPPED_BEFORE in json.dumps(told)
+    assert not server.running.is_set()
