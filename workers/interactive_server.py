@@ -322,10 +322,12 @@ class InteractiveServer:
         try:
             wait(self.take(parsed, listed=False))
         except Stopping:
-            self.deliver(
-                [Incoming(r, time.time(), listed=False) for r in parsed],
-                [answer(r, None, STOPPED_BEFORE) for r in parsed],
-            )
+            self.tell_stopped([Incoming(r, time.time(), listed=False) for r in parsed])
+
+    def tell_stopped(self, batch: Sequence[Incoming]) -> None:
+        """Answer requests sent as Celery messages that no batch will run: their callers
+        hear at once, with an error, instead of waiting out their deadline."""
+        self.deliver(batch, [answer(i.request, None, STOPPED_BEFORE) for i in batch])
 
     def feed(self, lane: str) -> None:
         """Start the thread that takes the lane's requests off its Redis list."""
@@ -353,8 +355,7 @@ class InteractiveServer:
         listed = [p.payload for p in left if p.payload.listed]
         if feeder is not None and listed:
             feeder.put_back([i.request for i in listed])
-        told = [p.payload for p in left if not p.payload.listed]
-        self.deliver(told, [answer(i.request, None, STOPPED_BEFORE) for i in told])
+        self.tell_stopped([p.payload for p in left if not p.payload.listed])
         for pending in left:
             pending.future.set_result(None)
         batcher.stop()
