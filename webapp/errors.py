@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 
 from flask import Flask, Response, current_app, g, jsonify, render_template, request
+from gunicorn.http.errors import ParseException
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import BadRequest, HTTPException
 
 log = logging.getLogger(__name__)
 # Postgres unreachable, its connection lost mid-request, or no pooled connection in time:
@@ -79,6 +80,13 @@ def database_unavailable(exc: Exception) -> Response | tuple[str, int, dict[str,
 def register_error_handlers(app: Flask) -> None:
     for exc_type in DATABASE_DOWN:
         app.register_error_handler(exc_type, database_unavailable)
+
+    @app.errorhandler(ParseException)
+    def _malformed_body(exc: ParseException) -> Response | tuple[str, int]:
+        # gunicorn reads a chunked body as the app asks for it: a bad chunk size, a
+        # missing terminator or a bad trailer surfaces here, not as Werkzeug's 400. The
+        # connection is not reused after it (gunicorn marks the body failed).
+        return _http_error(BadRequest(f"the request body's chunked framing is malformed: {exc}"))
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException) -> Response | tuple[str, int]:

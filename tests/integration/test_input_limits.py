@@ -263,3 +263,38 @@ def test_an_upload_without_a_length_past_the_limit_is_413(client, account_factor
     )
     _error(response, 413, "larger than 1 MiB")
     assert jobs_of(account.id) == 0
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (b"zz\r\nabc\r\n0\r\n\r\n", "Invalid chunk size"),
+        (b"3\r\nabcXX0\r\n\r\n", "chunk terminator"),
+        (b"3\r\nabc0\r\n\r\n", "chunk terminator"),
+        (b"3;a\x01b\r\nabc\r\n0\r\n\r\n", "chunk extension"),
+        (b"a\r\nabc", None),  # the body ends inside a chunk: Werkzeug's own 400
+    ],
+)
+@pytest.mark.parametrize("path", ["/v1/embed", "/v1/embeddings", "/v1/jobs"])
+def test_a_body_whose_chunked_framing_is_malformed_is_400(
+    client, account_factory, path, raw, problem
+):
+    """gunicorn's own chunked reader over the raw bytes, as the server hands the body to
+    the app: its framing errors are a 400 naming the problem, not a 500."""
+    from gunicorn.http.body import Body, ChunkedReader
+    from gunicorn.http.unreader import IterUnreader
+
+    account, key = account_factory("demo")
+    body = Body(ChunkedReader(object(), IterUnreader([raw])))
+    response = client.post(
+        path,
+        headers={**auth(key), "Transfer-Encoding": "chunked"},
+        content_type="application/json",
+        environ_overrides={"wsgi.input": body, "wsgi.input_terminated": True},
+    )
+    assert response.status_code == 400, response.data[:300]
+    message = response.json["message"] if path != "/v1/embeddings" else None
+    message = message or response.json["error"]["message"]
+    if problem is not None:
+        assert "chunked framing is malformed" in message and problem in message, message
+    assert jobs_of(account.id) == 0
