@@ -158,6 +158,23 @@ def test_a_failing_batch_fails_each_request_and_hangs_none(worker, client, accou
     assert got["output"] == [{"id": "p", "error": got["error"]}]
 
 
+def cache_keys(settings, account_id: int, texts: list[str]) -> set[bytes]:
+    """The result cache's keys of an account's embeddings of `texts`."""
+    from laneway.cache import cache_key, cache_scope, task_identity
+
+    identity = task_identity(settings, "embed", [], cache_scope(settings, account_id))
+    return {cache_key(identity, x).encode() for x in texts}
+
+
+def wait_stored(settings, account_id: int, texts: list[str]) -> set[bytes]:
+    """The worker stores a batch's cache entries after it has sent its answers: wait for
+    them (the caller may already hold its answer)."""
+    r = redis.Redis.from_url(settings.redis_url)
+    mine = cache_keys(settings, account_id, texts)
+    wait_for(lambda: r.exists(*mine) == len(mine), 10, "the cache entries stored", [])
+    return mine
+
+
 def test_identical_texts_are_computed_once_and_then_come_from_the_cache(
     worker, make_app, settings, account_factory
 ):
@@ -172,12 +189,10 @@ def test_identical_texts_are_computed_once_and_then_come_from_the_cache(
     results = first.json["results"]
     assert results[0]["embedding"] == results[2]["embedding"] != results[1]["embedding"]
     r = redis.Redis.from_url(settings.redis_url)
+    wait_stored(settings, account.id, texts)
     keys = r.keys("laneway:cache:*")
     # The worker stored each distinct text once, with the TTL.
-    from laneway.cache import cache_key, cache_scope, task_identity
-
-    identity = task_identity(settings, "embed", [], cache_scope(settings, account.id))
-    mine = {cache_key(identity, x).encode() for x in texts}
+    mine = cache_keys(settings, account.id, texts)
     assert len(mine) == 2 and mine <= set(keys)
     assert 0 < r.ttl(next(iter(mine))) <= 300
     again = post(client, key, "embed", texts)
@@ -194,11 +209,12 @@ def test_no_account_learns_that_another_sent_the_same_text(
     client = make_app(
         anonymous_rate_limit="100000/minute", sync_timeout=30.0, cache_ttl=300
     ).test_client()
-    (_, key_a), (_, key_b) = account_factory(), account_factory()
+    (account_a, key_a), (account_b, key_b) = account_factory(), account_factory()
     t = tag()
     secret, unseen = [f"A's private text {t}"], [f"a text nobody sent {t}"]
     first = post(client, key_a, "embed", secret)
     assert first.status_code == 200 and first.json["cached"] is False
+    wait_stored(settings, account_a.id, secret)
     assert post(client, key_a, "embed", secret).json["cached"] is True
     at_once = {"Prefer": "wait=0"}
     assert client.post("/v1/embed", json={"items": [{"id": "0", "text": secret[0]}]},
@@ -211,6 +227,7 @@ def test_no_account_learns_that_another_sent_the_same_text(
         answered = post(client, key_b, "embed", texts)
         assert answered.status_code == 200 and answered.json["cached"] is False
         assert "Server-Timing" in answered.headers  # the worker computed it
+    wait_stored(settings, account_b.id, secret)
     # B's own repeat is B's to know.
     assert post(client, key_b, "embed", secret).json["cached"] is True
 
