@@ -6,7 +6,10 @@ interactive server and the heartbeat, in the pool's children too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from laneway.settings import INTERACTIVE_PREFIX
 
 _worker: dict[str, Any] = {}
 
@@ -23,3 +26,11 @@ def worker() -> dict[str, Any]:
 def worker_queues() -> list[str] | None:
     """The queues this worker consumes (in its pool children too: set before the fork)."""
     return _worker.get("queues")
+
+
+def is_interactive(queues: Sequence[str] | None) -> bool:
+    """A worker of interactive queues alone (beside its own `<node>.dq` queue)."""
+    queues = list(queues or ())
+    return any(q.startswith(INTERACTIVE_PREFIX) for q in queues) and not {"cpu", "gpu"} & set(
+        queues
+    )

@@ -52,14 +52,6 @@ from workers.model_host import warm_up as load_models
 log = logging.getLogger(__name__)
 
 
-def is_interactive(queues: Sequence[str] | None) -> bool:
-    """A worker of interactive queues alone (beside its own `<node>.dq` queue)."""
-    queues = list(queues or ())
-    return any(q.startswith(INTERACTIVE_PREFIX) for q in queues) and not {"cpu", "gpu"} & set(
-        queues
-    )
-
-
 STOPPED_BEFORE = "the interactive worker stopped before this request's batch"
 
 

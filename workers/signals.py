@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 from celery.concurrency.prefork import TaskPool
@@ -31,7 +32,7 @@ from laneway.celery_app import CHUNK_TASKS, app_settings
 from laneway.redis_conn import ensure_embedded_redis
 from laneway.settings import GPU_QUEUES
 from workers.devices import LaneError, check_lane
-from workers.identity import set_worker, worker, worker_queues
+from workers.identity import is_interactive, set_worker, worker, worker_queues
 from workers.registry import (
     instance_id,
     new_instance_id,
@@ -86,9 +87,22 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
     if {"cpu", "gpu"} & set(queues) and settings.batch_nice:
         # Batch workers yield the CPU to interactive ones; the pool inherits the niceness.
         os.nice(settings.batch_nice)
+    serial_tokenizers(queues)
     set_worker(instance=new_instance_id(sender), hostname=sender, queues=queues, device=device)
     if not _forks(instance):
         tracing.configure(tracing.worker_service(queues))  # this process runs the tasks
+
+
+def serial_tokenizers(queues: list[str], environ: MutableMapping[str, str] = os.environ) -> None:
+    """An interactive worker tokenizes each batch on its own model thread. Its model
+    threads run batches side by side, a core each, a few texts at a time: a fast tokenizer
+    spreading a batch over every core (its Rust thread pool) takes the other thread's core
+    (two model threads: 8-27 % more batches a second without it, their p99 20 % lower;
+    docs/benchmarks.md, issue 19). Read by the tokenizers library at each call, so set
+    before the first batch; an operator's own TOKENIZERS_PARALLELISM wins. Batch workers
+    keep the pool: one batch at a time, of many texts."""
+    if is_interactive(queues):
+        environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def _forks(instance: Any) -> bool:
@@ -116,7 +130,7 @@ def _start_heartbeat(**_: Any) -> None:
     if worker():
         # The interactive worker runs no chunk task: its batcher says when it is busy.
         queues = worker()["queues"]
-        busy = interactive_server.activity if interactive_server.is_interactive(queues) else None
+        busy = interactive_server.activity if is_interactive(queues) else None
         start_heartbeat(**worker(), activity=busy)
 
 
@@ -151,7 +165,7 @@ def _warm_interactive(**_: Any) -> None:
     has no child processes to load them in)."""
     from workers import interactive_server
 
-    if interactive_server.is_interactive(worker_queues()):
+    if is_interactive(worker_queues()):
         interactive_server.warm_up()
 
 
