@@ -143,9 +143,11 @@ class InteractiveServer:
                     thread_start=lambda: torch.set_num_threads(torch_threads),
                 ).start()
                 log.info(
-                    "interactive batches: %s side by side, %s torch threads each",
+                    "interactive batches: %s side by side, %s torch threads each, "
+                    "TOKENIZERS_PARALLELISM=%s",
                     threads,
                     torch_threads,
+                    os.environ.get("TOKENIZERS_PARALLELISM", "(unset: the pool on)"),
                 )
             return self._batcher
 

@@ -61,6 +61,8 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
     assert psutil.Process(interactive.proc.pid).nice() == 0
     assert "with 2 torch threads" in batch.log.read_text()
     assert "with 2 torch threads" in interactive.log.read_text()
+    # Its model threads tokenize their own batches, a core each (workers/signals.py).
+    assert "each, TOKENIZERS_PARALLELISM=false" in interactive.log.read_text()
     # The interactive worker's requests marked the host busy, and the batch worker, in
     # another process, waited for them between micro-batches (its chunk logs the wait
     # when it ends, once the mark has lapsed).
