@@ -35,33 +35,48 @@ def texts() -> list[str]:
     return [f"{t} #{i}" for i, t in enumerate((rows * 20)[:4000])]
 
 
-def batches(sample: list[str], size: int, offset: int = 0):
-    for n in range(ROUNDS):
+def batches(sample: list[str], size: int, offset: int = 0, rounds: int = ROUNDS):
+    for n in range(rounds):
         start = (offset + n * size) % (len(sample) - size)
         yield sample[start : start + size]
 
 
-def in_threads(encoder: Encoder, sample: list[str], size: int, threads: int, torch_threads: int):
-    """`threads` model threads of `torch_threads` each, side by side: the median forward
-    (ms) and the texts per second of them all."""
+def in_threads(
+    encoder: Encoder,
+    sample: list[str],
+    size: int,
+    threads: int,
+    torch_threads: int,
+    rounds: int = ROUNDS,
+) -> dict[str, float]:
+    """`threads` model threads of `torch_threads` each, side by side, `rounds` batches
+    each: the forward's p50 and p99 (ms), the texts and batches per second of them all,
+    and the process's CPU per batch (ms)."""
     times: list[float] = []
 
     def work(k: int) -> None:
         torch.set_num_threads(torch_threads)
         encoder.encode(sample[:size])  # this thread's OpenMP team, warmed
-        for batch in batches(sample, size, k * 1000):
+        for batch in batches(sample, size, k * 1000, rounds):
             started = time.perf_counter()
             encoder.encode(batch)
             times.append((time.perf_counter() - started) * 1000)
 
     workers = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    started = time.perf_counter()
+    cpu, started = time.process_time(), time.perf_counter()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    seconds = time.perf_counter() - started
-    return statistics.median(times), threads * ROUNDS * size / seconds
+    cpu, seconds = time.process_time() - cpu, time.perf_counter() - started
+    times.sort()
+    return {
+        "p50": statistics.median(times),
+        "p99": times[int(0.99 * len(times))],
+        "texts_per_s": threads * rounds * size / seconds,
+        "batches_per_s": threads * rounds / seconds,
+        "cpu": 1000 * cpu / (threads * rounds),
+    }
 
 
 def main() -> None:
@@ -70,9 +85,10 @@ def main() -> None:
     encoder.encode(sample[:64])
     print(f"bf16, {CORES} cores, a model thread (not the main thread) per batch")
     for size in (1, 4, 8, 32):
-        every, one_rate = in_threads(encoder, sample, size, 1, CORES)
-        single, _ = in_threads(encoder, sample, size, 1, 1)
-        _, side_rate = in_threads(encoder, sample, size, CORES, 1)
+        one = in_threads(encoder, sample, size, 1, CORES)
+        every, one_rate = one["p50"], one["texts_per_s"]
+        single = in_threads(encoder, sample, size, 1, 1)["p50"]
+        side_rate = in_threads(encoder, sample, size, CORES, 1)["texts_per_s"]
         print(
             f"batch {size:2d}: forward {every:6.2f} ms on {CORES} torch threads, "
             f"{single:6.2f} ms on 1; texts/s: one batch at a time on every core "
