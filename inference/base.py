@@ -16,6 +16,7 @@ import torch  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
+from inference import halfweights  # noqa: E402
 from inference.batching import Prepared, prepare, run_batches  # noqa: E402
 from inference.precision import DTYPES, runtime_label  # noqa: E402
 
@@ -53,12 +54,18 @@ class LocalModel:
         # (embeddings, LayerNorm, the residual stream) in fp32: 0.9 of bf16 throughout's
         # speed (the products are the work) at a third of its error (docs/benchmarks.md).
         self.mixed = precision == "bf16" and self.device.type == "cpu"
-        dtype = torch.float32 if self.mixed else DTYPES[precision]
+        # fp16 on a CPU: fp32 weights and arithmetic, the products' weights read from an
+        # fp16 copy where that is faster (inference/halfweights.py).
+        self.half_weights = precision == "fp16" and self.device.type == "cpu"
+        on_cpu_fp32 = self.mixed or self.half_weights
+        dtype = torch.float32 if on_cpu_fp32 else DTYPES[precision]
         model = self.auto_class.from_pretrained(path, dtype=dtype)
         if self.mixed:
             for module in model.modules():
                 if isinstance(module, torch.nn.Linear):
                     module.to(torch.bfloat16)
+        if self.half_weights:
+            halfweights.convert(model)
         self.model = model.to(self.device).eval()
 
     def run(self, prepared: Prepared, forward: Callable[[dict], torch.Tensor]) -> list:

@@ -39,7 +39,11 @@ class Encoder(LocalModel):
         self.dim = int(self.model.config.hidden_size)
         # A BERT's layers over real tokens only, where it applies and agrees with
         # transformers' forward (inference/packed.py); None: transformers' forward.
-        self.packed = PackedBert.build(self.model, self.device, self.mixed) if packed else None
+        self.packed = (
+            PackedBert.build(self.model, self.device, self.mixed, self.half_weights)
+            if packed
+            else None
+        )
         # An fp32 twin for the few fixed texts (label descriptions, rating anchors) of a
         # reduced-precision encoder: their vectors meet every item's, so their rounding
         # would bias every score; they are computed once per process (Pipeline caches them).

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from inference import halfweights
+
 log = logging.getLogger(__name__)
 # How close the packed forward's mean-pooled vectors must be to transformers' in the same
 # precision (cosine, every text of the self-check): the same arithmetic in another order,
@@ -35,8 +37,13 @@ SELF_CHECK_COSINE = {False: 0.999999, True: 0.9999}  # by mixed bf16
 
 
 def onednn_bf16() -> bool:
-    """Whether torch has oneDNN's prepacked linear (what the packed bf16 products use)."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    """Whether torch has oneDNN's prepacked linear (what the packed bf16 products use) and
+    oneDNN runs bf16 on this CPU (AVX512 at least: on an AVX2 CPU it refuses to pack)."""
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    )
 
 
 def padded_rows(tokens: int) -> int:
@@ -57,6 +64,7 @@ class _Product:
     bias: torch.Tensor | None
     activation: str = "none"  # "gelu" (erf) fused, or none
     prepacked: bool = False
+    half: Any = None  # the weight's fp16 copy (inference/halfweights.py), for small products
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.prepacked:
@@ -64,7 +72,10 @@ class _Product:
             return torch.ops.mkldnn._linear_pointwise(
                 x.to(torch.bfloat16), self.weight, self.bias, self.activation, [], algorithm
             )
-        out = F.linear(x.to(self.weight.dtype), self.weight, self.bias)
+        if self.half is not None:
+            out = halfweights.linear(x, self.half, self.weight, self.bias)
+        else:
+            out = F.linear(x.to(self.weight.dtype), self.weight, self.bias)
         return F.gelu(out) if self.activation == "gelu" else out
 
 
@@ -82,7 +93,7 @@ class _Layer:
 class PackedBert:
     """A BertModel's forward over real tokens only; `mean_pooled` is what Encoder needs."""
 
-    def __init__(self, model: Any, prepack: bool) -> None:
+    def __init__(self, model: Any, prepack: bool, half: bool = False) -> None:
         config = model.config
         self.embeddings = model.embeddings
         self.heads = int(config.num_attention_heads)
@@ -99,32 +110,41 @@ class PackedBert:
             qkv_bias = torch.cat([attention.query.bias, attention.key.bias, attention.value.bias])
             self.layers.append(
                 _Layer(
-                    qkv=self._product(qkv_weight, qkv_bias, prepack),
+                    qkv=self._product(qkv_weight, qkv_bias, prepack, half),
                     out=self._product(
                         layer.attention.output.dense.weight,
                         layer.attention.output.dense.bias,
                         prepack,
+                        half,
                     ),
                     norm1=layer.attention.output.LayerNorm,
                     up=self._product(
                         layer.intermediate.dense.weight,
                         layer.intermediate.dense.bias,
                         prepack,
+                        half,
                         "gelu" if fuse_gelu else "none",
                     ),
                     act=None if fuse_gelu else layer.intermediate.intermediate_act_fn,
-                    down=self._product(layer.output.dense.weight, layer.output.dense.bias, prepack),
+                    down=self._product(
+                        layer.output.dense.weight, layer.output.dense.bias, prepack, half
+                    ),
                     norm2=layer.output.LayerNorm,
                 )
             )
 
     @staticmethod
     def _product(
-        weight: torch.Tensor, bias: torch.Tensor, prepack: bool, activation: str = "none"
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        prepack: bool,
+        half: bool = False,
+        activation: str = "none",
     ) -> _Product:
         weight, bias = weight.detach(), bias.detach()
         if not prepack:
-            return _Product(weight.contiguous(), bias.contiguous(), activation)
+            copy = halfweights.pack(weight, bias) if half else None
+            return _Product(weight.contiguous(), bias.contiguous(), activation, half=copy)
         packed = torch.ops.mkldnn._reorder_linear_weight(
             weight.to(torch.bfloat16).contiguous(), None
         )
@@ -145,15 +165,18 @@ class PackedBert:
         return ""
 
     @classmethod
-    def build(cls, model: Any, device: torch.device, mixed_bf16: bool) -> PackedBert | None:
+    def build(
+        cls, model: Any, device: torch.device, mixed_bf16: bool, half: bool = False
+    ) -> PackedBert | None:
         """The packed forward of `model`, or None (with the reason logged) where it does not
-        apply or does not agree with transformers' forward."""
+        apply or does not agree with transformers' forward. `half`: its products read fp16
+        copies of the weights where that is faster (inference/halfweights.py)."""
         reason = cls.supports(model, device)
         if reason:
             log.info("transformers' forward kept: %s", reason)
             return None
         try:
-            packed = cls(model, prepack=mixed_bf16 and onednn_bf16())
+            packed = cls(model, prepack=mixed_bf16 and onednn_bf16(), half=half)
             agreement = packed.self_check(model, mixed_bf16)
         except Exception as exc:  # noqa: BLE001 - another transformers release, say
             log.warning("transformers' forward kept: the packed one failed (%s)", exc)

@@ -1,8 +1,11 @@
 """The number format a model runs in on its device.
 
 `choose` picks it (LANEWAY_PRECISION, default auto): fp16 on CUDA, bf16 on a CPU that
-computes bf16 natively, fp32 elsewhere. The start-up check of a reduced precision against
-fp32 is inference/accuracy.py.
+computes bf16 natively, fp16 weights with fp32 arithmetic on another x86 CPU with AVX2
+(inference/halfweights.py: a small batch's products read half the bytes), fp32 elsewhere.
+On a CPU, bf16 and fp16 name the precision of the matrix products' weights; the residual
+stream, LayerNorm and pooling stay in fp32. The start-up check of a reduced precision
+against fp32 is inference/accuracy.py.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from inference import halfweights
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PRECISIONS = ("auto", *DTYPES)
@@ -37,6 +42,8 @@ def runs_natively(precision: str, device_type: str) -> bool:
         return True
     if device_type == "cuda":
         return precision == "fp16" or torch.cuda.is_bf16_supported()
+    if precision == "fp16":
+        return halfweights.available()
     return precision == "bf16" and native_bf16_cpu()
 
 
@@ -50,15 +57,18 @@ class Choice:
 
 def choose(setting: str, device_type: str, cuda_half: bool = True) -> Choice:
     """auto: fp16 on CUDA (fp32 where the deprecated LANEWAY_CUDA_HALF=false), bf16 on a
-    CPU with native bf16, else fp32. An explicit precision the device does not compute
-    natively falls back to fp32, with the reason: a fleet-wide LANEWAY_PRECISION=fp16 meant
-    for GPU workers must not stop (or crawl on) a CPU worker."""
+    CPU with native bf16, fp16 weights on another CPU that runs them (AVX2), else fp32. An
+    explicit precision the device does not compute natively falls back to fp32, with the
+    reason: a fleet-wide LANEWAY_PRECISION=bf16 meant for some workers must not stop (or
+    crawl on) another."""
     if setting not in PRECISIONS:
         raise ValueError(f"unknown precision {setting!r}: expected one of {', '.join(PRECISIONS)}")
     if setting == "auto":
         if device_type == "cuda":
             return Choice("fp16" if cuda_half else "fp32")
-        return Choice("bf16" if native_bf16_cpu() else "fp32")
+        if native_bf16_cpu():
+            return Choice("bf16")
+        return Choice("fp16" if halfweights.available() else "fp32")
     if runs_natively(setting, device_type):
         return Choice(setting)
     return Choice("fp32", f"{setting} is not computed natively on {device_type}")

@@ -466,8 +466,8 @@ class Settings(BaseSettings):
     cpu_price: Price = 0.0002
     gpu_price: Price = 0.0015
     # The model's number format (inference/precision.py): auto is fp16 on CUDA, bf16 on a
-    # CPU with native bf16, else fp32. LANEWAY_CUDA_HALF=false (deprecated) makes auto fp32
-    # on CUDA.
+    # CPU with native bf16, fp16 weights on another AVX2 CPU, else fp32.
+    # LANEWAY_CUDA_HALF=false (deprecated) makes auto fp32 on CUDA.
     precision: Annotated[Literal["auto", "fp32", "bf16", "fp16"], BeforeValidator(_lower)] = "auto"
     cuda_half: Switch = True
     # Each account type's requests per window, items per job and bytes per request

@@ -94,8 +94,8 @@ def test_a_packed_forward_that_disagrees_is_not_used(fp32_pair, monkeypatch, cap
     # Heads in the wrong order: plausible-looking vectors, the wrong ones.
     real_init = PackedBert.__init__
 
-    def swapped_heads(self, model, prepack):
-        real_init(self, model, prepack)
+    def swapped_heads(self, model, prepack, half=False):
+        real_init(self, model, prepack, half)
         self.layers[0].qkv.weight = self.layers[0].qkv.weight.roll(32, dims=0)
 
     monkeypatch.setattr(PackedBert, "__init__", swapped_heads)

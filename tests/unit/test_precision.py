@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from inference import Encoder, accuracy
+from inference import Encoder, accuracy, halfweights
 from inference import precision as prec
 from inference.accuracy import Tolerance, compare, load_checked, load_sample
 from inference.ner import TokenClassifier
@@ -31,28 +31,62 @@ def bf16_cpu(monkeypatch):
     return set_native
 
 
-def test_auto_is_fp16_on_cuda_bf16_on_a_native_cpu_else_fp32(bf16_cpu):
+@pytest.fixture
+def half_cpu(monkeypatch):
+    """Pretend the CPU does (True) or does not (False) run fp16-weight products."""
+
+    def set_available(available: bool) -> None:
+        monkeypatch.setattr(halfweights, "available", lambda: available)
+
+    return set_available
+
+
+def test_auto_is_fp16_on_cuda_bf16_on_a_native_cpu_fp16_weights_on_avx2_else_fp32(
+    bf16_cpu, half_cpu
+):
     assert choose("auto", "cuda") == Choice("fp16")
     # The deprecated LANEWAY_CUDA_HALF=false keeps CUDA in fp32, and touches no CPU.
     assert choose("auto", "cuda", cuda_half=False) == Choice("fp32")
+    half_cpu(True)
     bf16_cpu(True)
     assert choose("auto", "cpu") == Choice("bf16")
     assert choose("auto", "cpu", cuda_half=False) == Choice("bf16")
     bf16_cpu(False)
+    assert choose("auto", "cpu") == Choice("fp16")
+    assert choose("auto", "cpu", cuda_half=False) == Choice("fp16")
+    half_cpu(False)
     assert choose("auto", "cpu") == Choice("fp32")
 
 
-def test_an_explicit_precision_the_device_cannot_run_falls_back_to_fp32(bf16_cpu):
+def test_an_explicit_precision_the_device_cannot_run_falls_back_to_fp32(bf16_cpu, half_cpu):
     bf16_cpu(False)
     assert choose("bf16", "cpu") == Choice("fp32", "bf16 is not computed natively on cpu")
     bf16_cpu(True)
     assert choose("bf16", "cpu") == Choice("bf16")
-    # No CPU computes fp16 matrix products natively here: fp32, saying why.
-    assert choose("fp16", "cpu").precision == "fp32"
-    assert "fp16 is not computed natively" in choose("fp16", "cpu").fallback
+    # fp16 on a CPU is fp16 weights in fp32 arithmetic, where FBGEMM runs them.
+    half_cpu(True)
+    assert choose("fp16", "cpu") == Choice("fp16")
+    half_cpu(False)
+    assert choose("fp16", "cpu") == Choice("fp32", "fp16 is not computed natively on cpu")
     assert choose("fp32", "cpu") == Choice("fp32")
     assert choose("fp16", "cuda") == Choice("fp16")
     assert choose("fp32", "cuda") == Choice("fp32")
+
+
+@pytest.mark.parametrize(
+    "engines,caps,available",
+    [
+        (["x86", "fbgemm", "onednn"], {"avx2": True, "f16c": True}, True),  # AMD Zen 2/3
+        (["x86", "fbgemm"], {"avx2": True, "avx512_bf16": True, "f16c": True}, True),
+        (["x86", "fbgemm"], {"avx": True, "f16c": True}, False),  # no AVX2: FBGEMM cannot
+        (["x86", "fbgemm"], {"avx2": True, "f16c": False}, False),
+        (["qnnpack"], {"architecture": "aarch64"}, False),  # an Arm build has no FBGEMM
+    ],
+)
+def test_fp16_weights_need_fbgemm_and_avx2(monkeypatch, engines, caps, available):
+    monkeypatch.setattr(halfweights, "engines", lambda: engines)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: caps)
+    assert halfweights.available() is available
 
 
 @pytest.mark.parametrize("setting", ["", "int8", "FP32", "half", None])
@@ -235,9 +269,10 @@ def _worker_settings(**env):
     return Settings.from_env({"LANEWAY_TORCH_THREADS": "1", **env})
 
 
-def test_a_worker_refusing_a_precision_loads_fp32_and_logs_why(caplog):
+def test_a_worker_refusing_a_precision_loads_fp32_and_logs_why(caplog, half_cpu):
     from workers.model_host import load_model
 
+    half_cpu(False)
     caplog.set_level(logging.WARNING)
     settings = _worker_settings(LANEWAY_PRECISION="fp16")
     model = load_model(settings.models["minilm"], settings, "cpu")
