@@ -96,6 +96,7 @@ class DynamicBatcher:
         after_batch: Callable[[], None] | None = None,
         threads: int = 1,
         thread_start: Callable[[], None] | None = None,
+        before_run: Callable[[bool], None] | None = None,
     ) -> None:
         self.run_batch = run_batch
         # Model threads, each running one batch at a time (`thread_start` first runs in
@@ -103,6 +104,11 @@ class DynamicBatcher:
         # another runs, so the cores never wait on one batch's serial parts.
         self.threads = max(1, threads)
         self.thread_start = thread_start
+        # Called on the model thread before each batch, with whether the batch has the
+        # process to itself: no other batch running and none due after it (a lone request,
+        # say), so it may take every core; then the cores go back to one batch each.
+        self.before_run = before_run
+        self.running = 0  # batches running now
         # Model threads waiting for a batch, the most recently freed last: it takes what is
         # due (a lone request keeps going to the thread that ran the last one, whose memory
         # and caches are warm; Condition.notify would wake the longest idle).
@@ -213,9 +219,20 @@ class DynamicBatcher:
                             break
                     mine.wait(None if wait == float("inf") else wait)
                 self._idle.remove(mine)
+                alone = self.running == 0 and not self.pending
+                self.running += 1
                 if self.pending:
                     self._wake_top()  # the rest is the next free thread's part
-            self.run(batch)
+            try:
+                if self.before_run is not None:
+                    try:
+                        self.before_run(alone)
+                    except Exception as exc:  # noqa: BLE001 - the batch runs regardless
+                        log.warning("before a batch: %s", exc)
+                self.run(batch)
+            finally:
+                with self.cond:
+                    self.running -= 1
 
     def start(self) -> DynamicBatcher:
         for n in range(self.threads):

@@ -34,6 +34,7 @@ import torch
 from inference.batching import Interrupted
 from inference.dynamic import DynamicBatcher
 from inference.pipeline import StageTimes, TimedRun
+from inference.precision import choose
 from laneway import metrics, tracing, usage
 from laneway.cache import StoreBeside, cached_compute, process_cache
 from laneway.celery_app import app_settings
@@ -125,6 +126,20 @@ class InteractiveServer:
         threads = self.settings.interactive_model_threads or (cores if on_cpu else 1)
         return threads, max(1, cores // threads)
 
+    def lone_threads(self) -> int:
+        """Torch threads for a batch alone in the process (a lone request; no other batch
+        running or due): on a CPU in fp32 or fp16 weights, every core. There a small
+        batch's products are bound by reading the weights, which two cores read faster:
+        one text per forward 1.05-1.18x faster, and lone requests 1-17 % more per second
+        (docs/benchmarks.md, issue 19). In bf16 (oneDNN's products) and on a GPU a lone
+        forward keeps the threads of its share: on a Zen 4, one text took 9.6 ms on two
+        torch threads against 5.9 on one."""
+        _, torch_threads = self.model_threads()
+        device = self.lane_and_device()[1]
+        if device != "cpu" or choose(self.settings.precision, device).precision == "bf16":
+            return torch_threads
+        return max(torch_threads, self.settings.torch_threads)
+
     def batcher(self) -> DynamicBatcher:
         """This process's batcher (and its model threads), started on first use; once the
         server is stopping, none is started again (`Stopping`)."""
@@ -133,6 +148,11 @@ class InteractiveServer:
                 if self._stopping:
                     raise Stopping("the interactive worker is stopping")
                 threads, torch_threads = self.model_threads()
+                lone = self.lone_threads()
+
+                def before_run(alone: bool) -> None:
+                    torch.set_num_threads(lone if alone else torch_threads)
+
                 # One thread sends every batch's answers, in the order the batches ended.
                 self._sender = ThreadPoolExecutor(1, thread_name_prefix="laneway-sender")
                 self._batcher = DynamicBatcher(
@@ -141,12 +161,14 @@ class InteractiveServer:
                     self.settings.batch_wait_ms / 1000,
                     threads=threads,
                     thread_start=lambda: torch.set_num_threads(torch_threads),
+                    before_run=before_run,
                 ).start()
                 log.info(
-                    "interactive batches: %s side by side, %s torch threads each, "
-                    "TOKENIZERS_PARALLELISM=%s",
+                    "interactive batches: %s side by side, %s torch threads each (%s for a "
+                    "batch alone), TOKENIZERS_PARALLELISM=%s",
                     threads,
                     torch_threads,
+                    lone,
                     os.environ.get("TOKENIZERS_PARALLELISM", "(unset: the pool on)"),
                 )
             return self._batcher

@@ -271,3 +271,57 @@ def test_a_lone_request_goes_to_the_model_thread_that_ran_the_last_one():
         assert len(set(ran_on)) == 2
     finally:
         b.stop()
+
+
+def test_a_batch_alone_in_the_process_is_told_so_before_it_runs():
+    """`before_run` hears, on the model thread, whether its batch has the process to
+    itself: a lone request does; a batch beside another running one, or with more due
+    after it, does not; a hook that raises loses no answer."""
+    told: list[tuple[int, bool]] = []
+    release = threading.Event()
+
+    def run(payloads):
+        if payloads[0] == 100:  # holds its thread until the next batch is under way
+            release.wait(10)
+        return payloads
+
+    def before_run(alone: bool) -> None:
+        told.append((threading.get_ident(), alone))
+        if len(told) == 2:
+            release.set()
+
+    b = DynamicBatcher(run, max_items=64, max_wait=0.0, threads=2, before_run=before_run)
+    b.start()
+    try:
+        for _ in range(1000):
+            if b.free == 2:
+                break
+            threading.Event().wait(0.01)
+        assert b.submit(1).result(10) == 1  # alone: nothing else running or due
+        assert told[-1][1] is True
+        told.clear()
+        first = b.submit(100)  # runs and holds its thread...
+        for _ in range(1000):
+            with b.cond:
+                if b.running == 1:
+                    break
+            threading.Event().wait(0.01)
+        assert b.submit(2).result(10) == 2  # ...so this one runs beside it: not alone
+        assert first.result(10) == 100
+        assert [alone for _, alone in told] == [True, False]
+        assert told[0][0] != told[1][0]
+    finally:
+        b.stop()
+    with b.cond:
+        assert b.running == 0
+
+
+def test_a_failing_before_run_hook_still_runs_the_batch():
+    def before_run(alone: bool) -> None:
+        raise RuntimeError("no threads for you")
+
+    b = DynamicBatcher(lambda p: p, max_items=8, max_wait=0.0, before_run=before_run).start()
+    try:
+        assert b.submit(7).result(10) == 7
+    finally:
+        b.stop()

@@ -26,3 +26,30 @@ def test_model_threads(device, cores, setting, expected):
     server = InteractiveServer(settings)
     server._lane_device = ("interactive.cpu", device)
     assert server.model_threads() == expected
+
+
+@pytest.mark.parametrize(
+    ("device", "cores", "setting", "precision", "expected"),
+    [
+        ("cpu", 2, None, "fp32", 2),  # a lone batch on every core
+        ("cpu", 2, None, "fp16", 2),
+        ("cpu", 8, 3, "fp32", 8),
+        ("cpu", 2, None, "bf16", 1),  # oneDNN's bf16 products: its own core's share
+        ("cpu", 2, 1, "fp32", 2),
+        ("cuda", 8, None, "auto", 8),  # one batch at a time already has them all
+    ],
+)
+def test_a_lone_batch_takes_every_core_where_the_products_read_weights(
+    monkeypatch, device, cores, setting, precision, expected
+):
+    from inference import halfweights
+    from inference import precision as prec
+
+    monkeypatch.setattr(prec, "native_bf16_cpu", lambda: True)  # bf16 stays bf16
+    monkeypatch.setattr(halfweights, "available", lambda: True)
+    settings = Settings.from_env({}).replace(
+        torch_threads=cores, interactive_model_threads=setting, precision=precision
+    )
+    server = InteractiveServer(settings)
+    server._lane_device = ("interactive.cpu", device)
+    assert server.lone_threads() == expected
