@@ -1,10 +1,10 @@
 """ONNX Runtime against torch for the packaged MiniLM: throughput and accuracy (issue 17).
 
-Exports the model with its mean pooling and normalization in the graph
-(torch.onnx.export), applies onnxruntime's transformer graph optimizations (attention,
-LayerNorm and GELU fusion), quantizes the optimized graph to int8 per channel
-(quantize_dynamic), and measures each variant against torch fp32 and the bf16 Laneway
-loads on a CPU with native bf16:
+Exports the model with its mean pooling in the graph (inference/lone.py's export, what
+an interactive worker runs for a lone text), applies onnxruntime's transformer graph
+optimizations (attention, LayerNorm and GELU fusion), quantizes the optimized graph to
+int8 per channel (quantize_dynamic), and measures each variant against torch fp32 and
+the bf16 Laneway loads on a CPU with native bf16:
 
 - items/s over --items texts in length-sorted batches of --batch-size, --threads threads;
 - on examples/labelled.jsonl (630 messages with their true category): the min and mean
@@ -12,7 +12,7 @@ loads on a CPU with native bf16:
   zero-shot accuracy against the true labels, and the largest change of an anchor rating.
   Label and anchor vectors come from torch fp32 for every variant, as a bf16 worker's do.
 
-Needs the bench extra: pip install -e '.[bench]'. Usage:
+Usage:
   HF_HUB_OFFLINE=1 .venv/bin/python bench/onnx_eval.py [--items 4000] [--threads 2]
 """
 
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from inference import Encoder
+from inference import Encoder, lone
 from inference.batching import scatter
 from inference.pipeline import LABEL_TEMPLATE, anchor_ratings
 from inference.precision import native_bf16_cpu
@@ -38,23 +38,6 @@ from laneway.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 LABELLED = ROOT / "examples" / "labelled.jsonl"
 MESSAGES = ROOT / "examples" / "customer_messages.csv"
-INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
-
-
-class Pooled(torch.nn.Module):
-    """The encoder with Laneway's mean pooling and L2 normalization, for the export."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: ANN001, ANN201
-        hidden = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-        ).last_hidden_state
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
 
 def export(encoder: Encoder, folder: Path) -> dict[str, Path]:
@@ -64,18 +47,9 @@ def export(encoder: Encoder, folder: Path) -> dict[str, Path]:
     from onnxruntime.transformers import optimizer
 
     raw, fp32, int8 = folder / "model.onnx", folder / "model-opt.onnx", folder / "model-int8.onnx"
-    enc = encoder.tokenizer(["an example", "a second, longer example to trace"], padding=True)
-    sample = tuple(torch.tensor(enc[name]) for name in INPUTS)
-    torch.onnx.export(
-        Pooled(encoder.model).eval(),
-        sample,
-        str(raw),
-        input_names=INPUTS,
-        output_names=["embedding"],
-        dynamic_axes={n: {0: "batch", 1: "seq"} for n in INPUTS} | {"embedding": {0: "batch"}},
-        opset_version=17,
-        dynamo=False,
-    )
+    # The graph an interactive worker runs for a lone text: the encoder and its mean
+    # pooling (the normalization is ort_encoder's).
+    raw.write_bytes(lone.export(encoder.model))
     config = encoder.model.config
     optimized = optimizer.optimize_model(
         str(raw),
@@ -110,7 +84,8 @@ def ort_encoder(path: Path, encoder: Encoder, threads: int) -> Callable[[list[st
         rows = []
         for _, enc in prepared.batches:
             feed = {k: v.numpy() for k, v in enc.items() if k in wanted}
-            rows.append(torch.from_numpy(session.run(None, feed)[0]))
+            pooled = torch.from_numpy(session.run(None, feed)[0])
+            rows.append(torch.nn.functional.normalize(pooled, p=2, dim=1))
         return scatter(prepared, rows)
 
     return encode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import torch
@@ -9,7 +10,10 @@ from transformers import AutoModel
 
 from inference.base import LocalModel
 from inference.batching import Prepared, scatter
+from inference.lone import LoneText, why_not
 from inference.packed import PackedBert
+
+log = logging.getLogger(__name__)
 
 
 def default_model_path() -> str:
@@ -44,20 +48,49 @@ class Encoder(LocalModel):
             if packed
             else None
         )
+        # ONNX Runtime's session for a batch of one text alone (inference/lone.py).
+        self.lone: LoneText | None = None
         # An fp32 twin for the few fixed texts (label descriptions, rating anchors) of a
         # reduced-precision encoder: their vectors meet every item's, so their rounding
         # would bias every score; they are computed once per process (Pipeline caches them).
         self.fixed_encoder: Encoder | None = None
 
+    def run_lone_texts(self, runtime: str, threads: int) -> str:
+        """From now on, a batch of one text runs on ONNX Runtime's `threads` threads when
+        the calling thread has as many torch threads (a batch alone in an interactive
+        worker), where `runtime` (LANEWAY_LONE_RUNTIME) allows and the session agrees with
+        torch's forward (inference/lone.py). Returns what runs it, for the log."""
+        reason = why_not(runtime, self.device, self.precision)
+        if not reason:
+            self.lone = LoneText.build(self.model, threads, self._pooled)
+            if self.lone is not None:
+                return f"onnxruntime fp32 on {threads} thread{'s' if threads > 1 else ''}"
+            reason = "its session failed (above)"
+        elif runtime == "onnxruntime":
+            log.warning("LANEWAY_LONE_RUNTIME=onnxruntime, but %s: torch runs it", reason)
+        return f"torch ({reason})"
+
     def _forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        lone = self.lone
+        if (
+            lone is not None
+            and inputs["input_ids"].shape[0] == 1
+            and torch.get_num_threads() >= lone.threads
+        ):
+            pooled = lone.mean_pooled(inputs)
+        else:
+            pooled = self._pooled(inputs)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    def _pooled(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Torch's forward: (batch, hidden) float32, the last hidden states averaged."""
         if self.packed is not None:
-            return torch.nn.functional.normalize(self.packed.mean_pooled(inputs), p=2, dim=1)
+            return self.packed.mean_pooled(inputs)
         # Pooled in fp32: a sum over hundreds of tokens in bf16 (8 significant bits) or fp16
         # loses what the reduced-precision layers kept.
         hidden = self.model(**inputs).last_hidden_state.float()
         mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, p=2, dim=1)
+        return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 
     def forward(self, prepared: Prepared) -> torch.Tensor:
         """Device stage: a (n, dim) float32 CPU tensor of unit vectors, in input order."""

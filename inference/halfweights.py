@@ -53,7 +53,9 @@ def pack(weight: torch.Tensor, bias: torch.Tensor | None) -> Any:
 def linear(x: torch.Tensor, packed: Any, weight: torch.Tensor, bias: torch.Tensor | None):
     """`x @ weight.T + bias`: on the fp16 copy up to HALF_ROWS rows, else on `weight`."""
     rows = x.numel() // x.shape[-1] if x.numel() else 0
-    if not 0 < rows <= HALF_ROWS or x.dtype != torch.float32:
+    # A trace (inference/lone.py's ONNX export) records the fp32 product: FBGEMM's has no
+    # ONNX operator.
+    if not 0 < rows <= HALF_ROWS or x.dtype != torch.float32 or torch.jit.is_tracing():
         return F.linear(x, weight, bias)
     flat = x.reshape(rows, x.shape[-1])
     out = torch.ops.quantized.linear_dynamic_fp16(flat, packed)

@@ -470,6 +470,11 @@ class Settings(BaseSettings):
     # LANEWAY_CUDA_HALF=false (deprecated) makes auto fp32 on CUDA.
     precision: Annotated[Literal["auto", "fp32", "bf16", "fp16"], BeforeValidator(_lower)] = "auto"
     cuda_half: Switch = True
+    # What runs a batch of one text alone in an interactive worker (inference/lone.py): auto
+    # is ONNX Runtime on a CPU in fp32 or fp16 weights where it is installed, else torch.
+    lone_runtime: Annotated[Literal["auto", "torch", "onnxruntime"], BeforeValidator(_lower)] = (
+        "auto"
+    )
     # Each account type's requests per window, items per job and bytes per request
     # (LANEWAY_RATE_LIMIT_<TYPE>, LANEWAY_MAX_ITEMS_<TYPE>, LANEWAY_MAX_UPLOAD_BYTES_<TYPE>;
     # unset: DEFAULT_ACCOUNT_LIMITS), none above the fleet-wide ceilings; limits_for reads them.

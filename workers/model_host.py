@@ -11,7 +11,7 @@ from celery.signals import worker_process_init
 
 from laneway.settings import TASKS, ModelSpec, Settings, get_settings
 from workers.devices import model_device
-from workers.identity import worker_queues
+from workers.identity import is_interactive, worker_queues
 from workers.registry import instance_id, ready
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,11 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
                 settings.score_anchors,
                 name=f"model {spec.name}",
             )
+            runtime = model.runtime
+            if hasattr(model, "run_lone_texts") and is_interactive(worker_queues()):
+                # A lone request's text, on every core (inference/lone.py).
+                lone = model.run_lone_texts(settings.lone_runtime, settings.torch_threads)
+                runtime = f"{runtime}; one text alone: {lone}"
             _models[key] = model
             log.info(
                 "model %s (%s) loaded in pid %s on %s with %s torch threads: %s",
@@ -52,7 +57,7 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
                 os.getpid(),
                 device,
                 settings.torch_threads,
-                model.runtime,
+                runtime,
             )
         return _models[key]
 

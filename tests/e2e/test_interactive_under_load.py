@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from db.models import Chunk
 from db.session import session_scope
+from inference.precision import choose
 from jobs.submit import submit_job
 from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
 from tests.faults.harness import cpu_worker
@@ -62,6 +63,11 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
     assert psutil.Process(interactive.proc.pid).nice() == 0
     assert "with 2 torch threads" in batch.log.read_text()
     assert "with 2 torch threads" in interactive.log.read_text()
+    # A lone request's text runs on ONNX Runtime on both cores (inference/lone.py); the
+    # batch worker has no lone requests and builds no session.
+    runs = "torch (bf16" if choose("auto", "cpu").precision == "bf16" else "onnxruntime fp32 on 2"
+    assert f"one text alone: {runs}" in interactive.log.read_text()
+    assert "one text alone" not in batch.log.read_text()
     # Its model threads tokenize their own batches, a core each (workers/signals.py).
     assert re.search(
         r"each \(\d+ for a batch alone\), TOKENIZERS_PARALLELISM=false", interactive.log.read_text()

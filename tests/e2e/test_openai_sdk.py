@@ -25,6 +25,7 @@ pytestmark = pytest.mark.e2e
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # A list past 8 texts goes as several interactive requests; past 40 it is refused.
 WEB_ENV = {"LANEWAY_SYNC_MAX_ITEMS": "8", "LANEWAY_EMBEDDINGS_MAX_INPUTS": "40"}
+LOGS: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +38,7 @@ def server(tmp_path_factory, settings, migrated):
     argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "openai-sdk"]
     interactive = start_worker("openai-sdk", argv, logdir)
     batch = cpu_worker(logdir, "cpu-openai-sdk")
+    LOGS["interactive"] = interactive.log
     yield url
     for proc in (batch, interactive, web):
         proc.stop()
@@ -89,6 +91,23 @@ def test_the_sdk_gets_lanewayss_vectors_and_real_token_counts(server, key):
     tokens = sum(len(tokenizer(t)["input_ids"]) for t in texts)
     assert floats.usage.prompt_tokens == floats.usage.total_tokens == tokens
     assert default.usage.prompt_tokens == tokens
+
+
+def test_a_lone_text_gets_torchs_fp32_vector_from_onnx_runtime(server, key):
+    """One text alone runs on the interactive worker's ONNX Runtime session (its log says
+    so) where the CPU has no native bf16: the vector of the model itself in fp32, in this
+    process. A bf16 CPU keeps torch's bf16 forward, within bf16's rounding."""
+    from inference import Encoder
+    from inference.precision import choose
+
+    onnx = choose("auto", "cpu").precision != "bf16"
+    texts = ["hi", "my parcel never arrived and nobody answers my emails", "word " * 300]
+    got = np.array([laneway_embed(server, key, [t])[0]["embedding"] for t in texts])
+    want = Encoder(precision="fp32", packed=False).encode(texts).numpy()
+    assert (got * want).sum(axis=1).min() > (0.99999 if onnx else 0.9999)
+    # This worker has one torch thread (the test settings): so has its session.
+    runs = r"onnxruntime fp32 on 1 thread$" if onnx else r"torch \(bf16 runs"
+    assert re.search(f"one text alone: {runs}", LOGS["interactive"].read_text(), re.M)
 
 
 def test_the_sdks_errors(server, key):
