@@ -5,9 +5,10 @@ forward every core (workers/interactive_server.py). There torch runs one short o
 after another, each parallelised anew, while ONNX Runtime runs the same graph with its
 attention, LayerNorm, GELU and bias additions fused and its own GEMM (MLAS). Measured on a
 2-core AMD EPYC without native bf16 (docs/benchmarks.md, issue 19), one text on two
-threads: 1.23-1.30x faster than the packed forward with fp16 weights (inference/packed.py),
-vectors within cosine 0.9999999 of torch fp32's. Batches of several texts stay with torch:
-the packed forward skips their padding and was faster from 8 texts on (0.79-0.85x there).
+threads: 1.13-1.30x faster (two runs) than the packed forward with fp16 weights
+(inference/packed.py), vectors within cosine 0.9999999 of torch fp32's. Batches of several
+texts stay with torch: its packed forward skips their padding, and from 8 texts on it was
+the faster (ONNX Runtime 0.80-0.85x there).
 
 `LoneText.build` exports the loaded model's encoder with its mean pooling (fp32, through
 torch.onnx's TorchScript exporter, into memory: about 2 s, once per process) and opens an
