@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from db import queries
 from db.models import Chunk, Worker
@@ -155,9 +156,16 @@ def fleet_gpu_devices(settings: Settings) -> int | None:
     return sum(reports) if reports else None
 
 
-def live_lanes(settings: Settings) -> LiveLanes:
-    """Workers up now and each lane's waiting work (messages times the chunk size)."""
-    workers = alive_workers(settings)
+def live_lanes(settings: Settings, session: Session | None = None) -> LiveLanes:
+    """Workers up now and each lane's waiting work (messages times the chunk size). With
+    `session` (a caller's open transaction), the workers are read through its connection:
+    a second connection from the same pool, taken while the first is held, deadlocks the
+    pool once as many callers do it at once as it has connections (a burst of fallback
+    jobs waited out the pool's 30 s timeout, docs/benchmarks.md)."""
+    if session is None:
+        workers = alive_workers(settings)
+    else:
+        workers = queries.alive_workers(session, settings.worker_dead_after)
     try:
         r = redis_client(settings)
         backlog = {

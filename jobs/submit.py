@@ -71,9 +71,12 @@ def parse_tasks(raw_tasks: object, raw_task: object) -> list[str]:
     return list(raw_tasks)
 
 
-def choose_routing(settings: Settings, account_type: str, n_items: int) -> Routing:
+def choose_routing(
+    settings: Settings, account_type: str, n_items: int, session: Session | None = None
+) -> Routing:
     """The lane for a job: from the lanes' measured costs and their state now, or from
-    LANEWAY_GPU_THRESHOLD while nothing is measured (jobs.planner.route)."""
+    LANEWAY_GPU_THRESHOLD while nothing is measured (jobs.planner.route). Inside a
+    transaction, pass its session: the workers are read on its connection."""
     return route(
         account_type,
         n_items,
@@ -81,7 +84,7 @@ def choose_routing(settings: Settings, account_type: str, n_items: int) -> Routi
         deadline=settings.deadline(account_type),
         stats=read_lane_stats(settings) if settings.routing == "measured" else None,
         pinned=settings.routing == "threshold",
-        live=live_lanes(settings),
+        live=live_lanes(settings, session),
         prices=Prices.of(settings),
     )
 
@@ -110,7 +113,8 @@ def store_job(
     staged = stage_items(session, items.rows, progress)
     if staged.count == 0:
         raise InputError("the job has no items")
-    routing = choose_routing(settings, account.type, staged.count)
+    # On this transaction's connection: one per job stored, whatever the burst.
+    routing = choose_routing(settings, account.type, staged.count, session)
     held = admit(session, settings, routing.lane, staged.count)
     try:
         job = create_job(

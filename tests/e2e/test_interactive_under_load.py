@@ -7,7 +7,9 @@ import json
 import re
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import psutil
 import pytest
 from sqlalchemy import select
@@ -95,3 +97,24 @@ def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, t
     lines = http.get(f"{url}{r.json()['links']['results']}", headers=headers).text.splitlines()
     (result,) = [json.loads(line) for line in lines]
     assert result["id"] == "late" and len(result["embedding"]) == 384
+
+    # Bursts of such requests at once, more than each web process's Postgres pool holds
+    # (5 + 5 connections, 32 threads): each becomes its job, none waits out the pool (a
+    # job once took a second connection while holding its first, and such a burst
+    # deadlocked the pool into 30 s waits and 503s).
+    _, big_key = account_factory("enterprise")  # 5000 requests a minute: none refused
+    big = {"Authorization": f"Bearer {big_key}", "Prefer": "wait=0"}
+
+    def fallback(n: int) -> httpx.Response:
+        body = {"items": [{"id": "b", "text": f"burst request {n}"}]}
+        with httpx.Client(timeout=60) as client:
+            return client.post(f"{url}/v1/embed", json=body, headers=big)
+
+    with ThreadPoolExecutor(64) as pool:  # 64 clients, three requests each
+        answers = list(pool.map(fallback, range(192)))
+    assert [a.status_code for a in answers] == [202] * 192, [a.text for a in answers][:3]
+    burst_jobs = {a.json()["id"] for a in answers}
+    assert len(burst_jobs) == 192
+    for burst_job in burst_jobs:  # nothing left for later tests' workers (409: it ended)
+        gone = http.delete(f"{url}/v1/jobs/{burst_job}", headers=big)
+        assert gone.status_code in (202, 409), gone.text
