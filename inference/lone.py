@@ -31,9 +31,6 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
-# LANEWAY_LONE_RUNTIME: auto (ONNX Runtime where it applies and is installed), torch, or
-# onnxruntime (as auto, with a warning where it does not apply).
-RUNTIMES = ("auto", "torch", "onnxruntime")
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # How close the session's pooled vectors must be to torch's forward (cosine, every text of
 # the check): the same fp32 arithmetic in another order (measured 0.9999999), or fp16
@@ -124,8 +121,11 @@ class LoneText:
             types = torch.zeros_like(ids)
             if second:
                 types[0, n - second :] = 1
-            inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-            inputs["token_type_ids"] = types
+            inputs = {
+                "input_ids": ids,
+                "attention_mask": torch.ones_like(ids),
+                "token_type_ids": types,
+            }
             with torch.inference_mode():
                 want = reference(inputs)
             got = self.mean_pooled(inputs)

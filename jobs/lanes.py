@@ -156,16 +156,13 @@ def fleet_gpu_devices(settings: Settings) -> int | None:
     return sum(reports) if reports else None
 
 
-def live_lanes(settings: Settings, session: Session | None = None) -> LiveLanes:
-    """Workers up now and each lane's waiting work (messages times the chunk size). With
-    `session` (a caller's open transaction), the workers are read through its connection:
-    a second connection from the same pool, taken while the first is held, deadlocks the
-    pool once as many callers do it at once as it has connections (a burst of fallback
-    jobs waited out the pool's 30 s timeout, docs/benchmarks.md)."""
-    if session is None:
-        workers = alive_workers(settings)
-    else:
-        workers = queries.alive_workers(session, settings.worker_dead_after)
+def live_lanes(settings: Settings, session: Session) -> LiveLanes:
+    """Workers up now and each lane's waiting work (messages times the chunk size). The
+    workers are read on `session`, the caller's open transaction: a second connection from
+    the same pool, taken while the first is held, deadlocks the pool once as many callers
+    do it at once as it has connections (a burst of fallback jobs waited out the pool's
+    30 s timeout, docs/benchmarks.md)."""
+    workers = queries.alive_workers(session, settings.worker_dead_after)
     try:
         r = redis_client(settings)
         backlog = {

@@ -72,11 +72,11 @@ def parse_tasks(raw_tasks: object, raw_task: object) -> list[str]:
 
 
 def choose_routing(
-    settings: Settings, account_type: str, n_items: int, session: Session | None = None
+    settings: Settings, account_type: str, n_items: int, session: Session
 ) -> Routing:
     """The lane for a job: from the lanes' measured costs and their state now, or from
-    LANEWAY_GPU_THRESHOLD while nothing is measured (jobs.planner.route). Inside a
-    transaction, pass its session: the workers are read on its connection."""
+    LANEWAY_GPU_THRESHOLD while nothing is measured (jobs.planner.route). The workers are
+    read on `session`'s connection, the caller's transaction."""
     return route(
         account_type,
         n_items,
