@@ -225,9 +225,19 @@ def cancel_job(job_id: uuid.UUID, settings: Settings | None = None) -> str:
         if job.status != "cancelling":
             now = utcnow()
             job.status, job.cancel_requested_at = "cancelling", now
+            # A chunk row locked now is being started (its worker holds it, then the job's:
+            # the other order) or re-sent by the reconciler; waiting for it while holding
+            # the job deadlocked the two. It is skipped, not lost: the start waits for this
+            # commit and reads the cancel (tasks/chunks.py), a re-sent copy is cancelled
+            # when claimed.
+            not_started = (
+                select(Chunk.id)
+                .where(Chunk.job_id == job_id, Chunk.state.in_(("held", "queued")))
+                .with_for_update(skip_locked=True)
+            )
             session.execute(
                 update(Chunk)
-                .where(Chunk.job_id == job_id, Chunk.state.in_(("held", "queued")))
+                .where(Chunk.id.in_(not_started.scalar_subquery()))
                 .values(state="cancelled", finished_at=now)
             )
             record_event(session, job_id, "cancel_requested")

@@ -97,7 +97,10 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
             return None
         if STAGE_ORDER[chunk.stage] > STAGE_ORDER[stage]:
             return None
-        job = session.get(Job, chunk.job_id)
+        # The job's row after the chunk's, as on every path. Key-share: claims of one
+        # job do not wait for each other, but one waits for a cancel holding the job
+        # and then reads it.
+        job = session.get(Job, chunk.job_id, with_for_update={"read": True, "key_share": True})
         assert job is not None
         counted = stage in COUNTED_STAGES
         if job.status in ("cancelling", "cancelled"):
