@@ -2,7 +2,8 @@
 an idle fleet and while a batch job runs on the same machine, against the bare model.
 
 1. Bare model: the same pipeline code in this process, batched at its best batch size
-   (bench/throughput.py's `Bare`), over distinct texts: items/s, the 64-client goal's base.
+   (bench/throughput.py's `Bare`) at the best precision the CPU computes (the fleet's auto
+   rule: bf16 where native, else fp16 weights on AVX2), over distinct texts: items/s.
 2. Idle: the web app (gunicorn, `laneway web`) and the interactive worker (`laneway worker
    interactive`); each client sends one-item POST /v1/classify requests back to back over
    one keep-alive connection (http.client: a cheap client, since it shares the CPU) for
@@ -299,6 +300,7 @@ def main() -> None:
     from db.models import Chunk, Job
     from db.queries import create_account
     from db.session import session_scope
+    from inference.precision import choose
     from jobs.submit import submit_job
     from laneway.settings import get_settings
     from tasks import app
@@ -371,7 +373,9 @@ def main() -> None:
         return out
 
     try:
-        bare = Bare(args.threads, LABELS, [16, 32, 64], load_texts(1000))
+        # The baseline at the best precision this device computes (the fleet's auto rule).
+        precision = choose("auto", "cpu").precision
+        bare = Bare(args.threads, LABELS, [16, 32, 64], load_texts(1000), variant=precision)
         texts = load_texts(4000)
         bare.run(texts[:2000])  # the other half after the idle levels: they are bracketed
 
@@ -388,6 +392,7 @@ def main() -> None:
         bare.run(texts[2000:])
         report["bare_items_per_s"] = round(bare.items / bare.seconds, 1)
         report["bare_batch_size"] = bare.batch_size
+        report["bare_precision"] = precision
         del bare
 
         if peers:
