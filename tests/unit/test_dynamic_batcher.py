@@ -325,3 +325,74 @@ def test_a_failing_before_run_hook_still_runs_the_batch():
         assert b.submit(7).result(10) == 7
     finally:
         b.stop()
+
+
+def test_a_free_thread_takes_no_more_than_its_fair_part_while_another_batch_runs():
+    """Two model threads; one runs a batch of 2 while 6 requests are due. The free thread
+    takes 4 (half of the 8 in the process), not all 6: taking all would run 6 on one core
+    beside 2 on the other, and those two cohorts of callers would stay uneven."""
+    b = DynamicBatcher(lambda p: p, max_items=64, max_wait=0.0, threads=2)
+    for n in range(6):
+        b.submit(n)
+    with b.cond:
+        b.running_items = 2
+        batch, wait = b.take(0.0, share=1)
+    assert [p.payload for p in batch] == [0, 1, 2, 3] and wait == 0.0
+    assert [p.payload for p in b.pending] == [4, 5]  # the next free thread's part
+    with b.cond:
+        b.running_items = 0  # nothing else running: the one free thread's fair part is all
+        batch, _ = b.take(0.0, share=1)
+    assert [p.payload for p in batch] == [4, 5]
+
+
+def test_a_batch_as_large_as_the_running_ones_goes_without_waiting_to_grow():
+    """A free thread holds a batch to let it grow (arrivals are dense) only while it is
+    smaller than its fair part: once it holds as many items as the running batch, the
+    hold would only delay it."""
+    b, clock = batcher(max_items=64)
+    b.threads = 2
+    for n in range(3):
+        clock.now += 0.001
+        b.submit(n)
+    with b.cond:
+        b.running_items = 4
+        assert b.take(clock(), share=1) == ([], pytest.approx(0.002))  # 3 of a fair 4
+        clock.now += 0.001
+        b.submit(3)
+        batch, wait = b.take(clock(), share=1)
+    assert [p.payload for p in batch] == [0, 1, 2, 3] and wait == 0.0
+
+
+def test_the_running_items_are_counted_while_a_batch_runs_and_released_after():
+    """The count the fair part is computed from follows the batches, failing ones too."""
+    inside = threading.Event()
+    release = threading.Event()
+    seen: list[int] = []
+
+    def run(payloads):
+        seen.append(b.running_items)
+        inside.set()
+        release.wait(10)
+        if payloads[0] == "boom":
+            raise RuntimeError("boom")
+        return payloads
+
+    b = DynamicBatcher(run, max_items=64, max_wait=0.0, threads=1).start()
+    try:
+        futures = [b.submit("a", size=3)]
+        assert inside.wait(10)
+        release.set()
+        assert futures[0].result(10) == "a"
+        inside.clear()
+        failing = b.submit("boom", size=2)
+        assert inside.wait(10)
+        with pytest.raises(RuntimeError):
+            failing.result(10)
+        for _ in range(1000):
+            with b.cond:
+                if b.running == 0:
+                    break
+            threading.Event().wait(0.01)
+        assert seen == [3, 2] and b.running_items == 0
+    finally:
+        b.stop()
