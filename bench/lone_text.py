@@ -8,7 +8,7 @@ package summaries, and, for the record, batches of 3 and 8 texts (which stay wit
 ONNX Runtime pads them); it prints the median ms per batch, the ratio, and the lowest
 cosine of each to the model's own fp32 vectors (transformers' forward).
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/lone_text.py [--precision auto]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/lone_text.py [--precision auto] [--threads N]
 """
 
 import argparse
@@ -28,7 +28,7 @@ from inference.lone import LoneText  # noqa: E402
 from inference.precision import choose  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # as the interactive worker runs
-ROUNDS = {1: 200, 3: 60, 8: 30}
+ROUNDS = {1: 200, 2: 100, 3: 60, 4: 50, 8: 30}
 
 
 def main() -> None:
@@ -37,8 +37,11 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--precision", default="auto", help="torch's side (auto: as workers)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch's and the session's (0: every core)"
+    )
     args = parser.parse_args()
-    cores = os.cpu_count() or 1
+    cores = args.threads or os.cpu_count() or 1
     precision = choose(args.precision, "cpu").precision
     torch.set_num_threads(cores)
     encoder = Encoder(precision=precision)
