@@ -3,9 +3,9 @@ in this process (issue 19).
 
 An interactive worker gives a batch alone in the process every core, and runs a batch of
 one text there on ONNX Runtime (LANEWAY_LONE_RUNTIME=auto). This times the same encoder's
-two forwards, interleaved text by text, on every core, for single sample messages and
-package summaries, and, for the record, batches of 3 and 8 texts (which stay with torch:
-ONNX Runtime pads them); it prints the median ms per batch, the ratio, and the lowest
+two forwards, interleaved text by text, on every core (or --threads), for single sample
+messages and package summaries, and, for the record, batches of 2 to 8 texts (which stay
+with torch: ONNX Runtime pads them); it prints the median ms per batch, the ratio, and the lowest
 cosine of each to the model's own fp32 vectors (transformers' forward).
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/lone_text.py [--precision auto] [--threads N]

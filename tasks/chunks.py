@@ -58,6 +58,10 @@ HANDOFF_TTL = 6 * 3600  # seconds a stage's output waits in Redis for the next s
 STAGE_ORDER = {"run": 0, "prep": 0, "model": 1, "post": 2}
 # The stages that hold the lane's worker: each start counts as an attempt.
 COUNTED_STAGES = ("run", "model")
+# How a chunk's start locks its job's row, after the chunk's (the order of every path):
+# key-share, so starts of one job do not wait for each other, but one waits for a cancel
+# holding the job and then reads it (jobs.lifecycle.cancel_job skips the chunk meanwhile).
+JOB_LOCK_AT_START = {"read": True, "key_share": True}
 
 
 @dataclass
@@ -97,10 +101,7 @@ def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
             return None
         if STAGE_ORDER[chunk.stage] > STAGE_ORDER[stage]:
             return None
-        # The job's row after the chunk's, as on every path. Key-share: claims of one
-        # job do not wait for each other, but one waits for a cancel holding the job
-        # and then reads it.
-        job = session.get(Job, chunk.job_id, with_for_update={"read": True, "key_share": True})
+        job = session.get(Job, chunk.job_id, with_for_update=JOB_LOCK_AT_START)
         assert job is not None
         counted = stage in COUNTED_STAGES
         if job.status in ("cancelling", "cancelled"):

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from db.models import Chunk, Job
 from db.session import session_factory, session_scope
 from jobs.lifecycle import cancel_job
-from tasks.chunks import _claim, run_chunk
+from tasks.chunks import JOB_LOCK_AT_START, _claim, run_chunk
 from tests.factories import stored_job
 
 
@@ -63,7 +63,7 @@ def test_a_cancel_while_a_worker_holds_a_chunk_neither_waits_nor_deadlocks(
         assert cancel.done(), "the cancel waits for a chunk a worker is starting"
         assert cancel.result() == "cancelling"
         # The worker's second lock, as `_claim` takes it: the job's row, then its status.
-        job = starting.get(Job, job_id, with_for_update={"read": True, "key_share": True})
+        job = starting.get(Job, job_id, with_for_update=JOB_LOCK_AT_START)
         assert job.status == "cancelling"
         starting.commit()
     finally:
