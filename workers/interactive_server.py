@@ -132,8 +132,10 @@ class InteractiveServer:
         batch's products are bound by reading the weights, which two cores read faster:
         one text per forward 1.05-1.18x faster, and lone requests 1-17 % more per second
         (docs/benchmarks.md, issue 19). In bf16 (oneDNN's products) and on a GPU a lone
-        forward keeps the threads of its share: on a Zen 4, one text took 9.6 ms on two
-        torch threads against 5.9 on one."""
+        forward keeps the threads of its share: on a Zen 4 with bf16 one text alone in a
+        process ran 1.2-1.4x faster on two torch threads, but on the whole path (the web
+        processes and Redis want the second core meanwhile) one client got fewer requests
+        per second on two, alternated twice (docs/benchmarks.md, issue 19)."""
         _, torch_threads = self.model_threads()
         device = self.lane_and_device()[1]
         if device != "cpu" or choose(self.settings.precision, device).precision == "bf16":
