@@ -10,9 +10,9 @@ passes, identical texts are computed once and the result cache is read and fille
 (laneway/cache.py). A batch that raises is split in halves until the failing items stand
 alone (laneway/isolate.py), so each item gets its own result or its own error, and no
 request is left waiting. The model thread sends a batch's answers back through Redis in
-one round trip. Once they are out, its figures go to Prometheus and to its lane's
-per-minute counters in Redis (laneway/usage.py, one round trip per batch): nothing about
-a request is written to Postgres.
+one round trip; then, on a sender thread, the batch's cache entries are stored and its
+figures go to Prometheus and to its lane's per-minute counters in Redis (laneway/usage.py,
+one round trip per batch): nothing about a request is written to Postgres.
 """
 
 from __future__ import annotations
@@ -96,9 +96,9 @@ def serving_queue() -> str:
 
 class InteractiveServer:
     """One interactive worker process's batcher, its sender, its Redis client and busy
-    mark. The batcher calls `run_requests` for each batch on a model thread, which hands
-    the answers to the sender's thread and goes on to the next batch; the sender delivers
-    them (one round trip), then stores the batch's cache entries and records its figures."""
+    mark. The batcher calls `run_requests` for each batch on a model thread, which delivers
+    the answers (one round trip) and hands the rest to the sender's thread: the batch's
+    cache entries and its figures, which nobody waits on."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -155,7 +155,7 @@ class InteractiveServer:
                 def before_run(alone: bool) -> None:
                     torch.set_num_threads(lone if alone else torch_threads)
 
-                # One thread sends every batch's answers, in the order the batches ended.
+                # One thread stores every batch's cache entries and records its figures.
                 self._sender = ThreadPoolExecutor(1, thread_name_prefix="laneway-sender")
                 self._batcher = DynamicBatcher(
                     self.run_requests,
@@ -185,10 +185,13 @@ class InteractiveServer:
 
     def run_requests(self, batch: Sequence[Incoming]) -> list[dict[str, Any]]:
         """One batch, on a model thread: every request's answer (its items' outputs or
-        errors, or the request's own error when the whole batch failed), handed to the
-        sender, which delivers it to its caller in one round trip while this thread
-        starts the next batch. Traced, the batch is a span linked to each request's span,
-        with its stages as children."""
+        errors, or the request's own error when the whole batch failed), delivered to its
+        caller from here in one round trip; the sender thread then stores the batch's
+        cache entries and records its figures while this thread starts the next batch.
+        Handing the answers to the sender instead put a thread's wake-up on every
+        request's path: at 8 clients the reply stage's median 2.5-3.1 ms against 1.6-2.0
+        delivered here (docs/benchmarks.md, issue 19). Traced, the batch is a span linked
+        to each request's span, with its stages as children."""
         requests = [incoming.request for incoming in batch]
         items = sum(len(r.texts) for r in requests)
         attributes = {"laneway.batch_requests": len(requests), "laneway.batch_items": items}
@@ -206,24 +209,26 @@ class InteractiveServer:
                 bodies = [answer(r, None, Failure.of(exc).error) for r in requests]
             if figures is not None:
                 tracing.record_stages(figures.spent.as_dict())
+        try:
+            self.deliver(batch, bodies)
+        except Exception:  # noqa: BLE001 - their callers' waits end and store them as jobs
+            log.exception("could not deliver a batch of %s answers", len(batch))
         sender = self._sender
-        if sender is None:  # stopping: sent from here
-            self.finish(batch, bodies, later, figures)
+        if sender is None:  # stopping: stored and recorded from here
+            self.finish(batch, later, figures)
         else:
-            sender.submit(self.finish, batch, bodies, later, figures)
+            sender.submit(self.finish, batch, later, figures)
         return bodies
 
     def finish(
         self,
         batch: Sequence[Incoming],
-        bodies: Sequence[dict[str, Any]],
         later: Sequence[StoreBeside],
         figures: BatchFigures | None,
     ) -> None:
-        """On the sender's thread: a batch's answers to their callers (one round trip),
-        then what nobody waits on: its cache entries and its figures."""
+        """On the sender's thread, once a batch's answers are out: what nobody waits on,
+        its cache entries and its figures."""
         try:
-            self.deliver(batch, bodies)
             for entries in later:
                 entries.store()
             if figures is not None:
@@ -378,7 +383,7 @@ class InteractiveServer:
             pending.future.set_result(None)
         batcher.stop()
         if sender is not None:
-            sender.shutdown(wait=True)  # every batch that ran is delivered
+            sender.shutdown(wait=True)  # every batch that ran is stored and counted
 
 
 class Feeder:
