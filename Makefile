@@ -32,11 +32,14 @@ $(TORCH_STAMP):
 		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
 	touch $@
 
-$(STAMP): pyproject.toml $(TORCH_STAMP)
+# The client (client/, its own distribution) goes in first: the server depends on it.
+$(STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e ./client
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,otel]'
 	touch $(STAMP)
 
-$(RUNTIME_STAMP): pyproject.toml $(TORCH_STAMP)
+$(RUNTIME_STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e ./client
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[otel]'
 	touch $@
 

@@ -34,10 +34,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8799)
     args = parser.parse_args()
 
+    from core.config.settings import get_settings
     from db.migrate import upgrade
     from db.queries import create_account
     from db.session import session_scope
-    from laneway.settings import get_settings
 
     settings = get_settings()
     upgrade(settings)

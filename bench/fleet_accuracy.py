@@ -24,9 +24,9 @@ LABELLED = throughput.ROOT / "examples" / "labelled.jsonl"
 
 
 def main() -> None:
+    from core.config.settings import get_settings
+    from core.store.redis_conn import embedded_redis
     from db.migrate import upgrade
-    from laneway.redis_conn import embedded_redis
-    from laneway.settings import get_settings
 
     rows = [json.loads(line) for line in LABELLED.read_text().splitlines() if line.strip()]
     texts, truth = [r["text"] for r in rows], [r["label"] for r in rows]

@@ -60,12 +60,12 @@ def ingest_one(path: Path, dispatch: bool) -> dict:
 
     from sqlalchemy import delete
 
+    from core.config.settings import get_settings
     from db.migrate import upgrade
     from db.models import Job
     from db.queries import create_account
     from db.session import session_scope
     from jobs.inbox import store_file
-    from laneway.settings import get_settings
 
     settings = get_settings()
     upgrade(settings)
@@ -73,7 +73,9 @@ def ingest_one(path: Path, dispatch: bool) -> dict:
         account, _ = create_account(session, f"bench-{uuid.uuid4().hex[:8]}", "enterprise")
         session.expunge(account)
     if dispatch:
-        from laneway.dispatch import dispatch_job  # imports the model code: before the baseline
+        from core.queueing.dispatch import (
+            dispatch_job,  # imports the model code: before the baseline
+        )
 
     baseline = vm_kib("VmRSS")
     started = time.perf_counter()

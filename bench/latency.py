@@ -296,13 +296,13 @@ def main() -> None:
     import uuid
 
     from bench.throughput import Bare, load_texts
+    from core.config.settings import get_settings
     from db.migrate import upgrade
     from db.models import Chunk, Job
     from db.queries import create_account
     from db.session import session_scope
     from inference.precision import choose
     from jobs.submit import submit_job
-    from laneway.settings import get_settings
     from tasks import app
 
     settings = get_settings()

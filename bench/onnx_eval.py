@@ -29,11 +29,11 @@ from pathlib import Path
 
 import torch
 
+from core.config.settings import Settings
 from inference import Encoder, lone
 from inference.batching import scatter
 from inference.pipeline import LABEL_TEMPLATE, anchor_ratings
 from inference.precision import native_bf16_cpu
-from laneway.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 LABELLED = ROOT / "examples" / "labelled.jsonl"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["HF_HUB_OFFLINE"] = "1"
-from laneway.yielding import openmp_env  # noqa: E402
+from workers.cores import openmp_env  # noqa: E402
 
 os.environ.update(openmp_env())  # as the workers run: libgomp reads it when torch loads
 import torch  # noqa: E402

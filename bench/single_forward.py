@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ["HF_HUB_OFFLINE"] = "1"
-from laneway.yielding import openmp_env  # noqa: E402
+from workers.cores import openmp_env  # noqa: E402
 
 # The OpenMP wait settings the workers run with; libgomp reads them when torch loads it.
 os.environ.update(openmp_env())

@@ -39,10 +39,10 @@ def main() -> None:
     import torch
     from throughput import load_texts
 
+    from core.vocab import DEFAULT_LABELS
     from inference import Encoder
     from inference.pipeline import LABEL_TEMPLATE, Pipeline
     from inference.text import clean
-    from laneway.settings import DEFAULT_LABELS
 
     torch.set_num_threads(args.threads)
     labels = list(DEFAULT_LABELS)

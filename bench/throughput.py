@@ -160,11 +160,11 @@ def run_fleet(
     given, receives every item's result in item order (read after the timing ends)."""
     import uuid
 
+    from core.config.settings import get_settings
     from db.models import FINAL_JOB_STATUSES, Job
     from db.queries import create_account
     from db.session import session_scope
     from jobs.submit import submit_job
-    from laneway.settings import get_settings
     from tasks import app
 
     settings = get_settings()
@@ -287,9 +287,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
 
+    from core.config.settings import get_settings
+    from core.store.redis_conn import embedded_redis
     from db.migrate import upgrade
-    from laneway.redis_conn import embedded_redis
-    from laneway.settings import get_settings
 
     settings = get_settings()
     upgrade(settings)

@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from laneway.settings import Settings, get_settings
+from core.config.settings import Settings, get_settings
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 

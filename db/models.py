@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from laneway.settings import ACCOUNT_TYPES, LANES
+from core.vocab import ACCOUNT_TYPES, LANES
 
 # held: accepted while its lane is full, dispatched when capacity frees (backpressure);
 # cancelling: DELETE asked for it, running chunks stop at their next micro-batch.

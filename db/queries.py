@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.schema import CreateTable
 
+from core.util import pricing
 from db.models import (
     FINAL_JOB_STATUSES,
     Account,
@@ -41,7 +42,6 @@ from db.models import (
     Result,
     Worker,
 )
-from laneway import pricing
 
 # A job is settled, and may be finalized, once none of its chunks is in these states.
 UNSETTLED_CHUNK_STATES = ("held", "queued", "running")

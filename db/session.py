@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from laneway.jsoncodec import dumps
-from laneway.settings import Settings, get_settings
+from core.config.settings import Settings, get_settings
+from core.util.jsoncodec import dumps
 
 CONNECT_TIMEOUT = 10  # seconds
 
@@ -37,7 +37,7 @@ def make_engine(url: str) -> Engine:
         return engine
     # A bounded connect: a Postgres that is gone answers 503 in seconds (webapp/errors.py),
     # not after the operating system's minutes-long TCP timeout. JSON columns (result rows
-    # above all) are written as orjson's text: laneway/jsoncodec.py.
+    # above all) are written as orjson's text: core/util/jsoncodec.py.
     return create_engine(
         url,
         pool_pre_ping=True,

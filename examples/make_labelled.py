@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE))
 
 import make_sample  # noqa: E402
 
-# make_sample's categories, named as Laneway's default labels (laneway/settings.py).
+# make_sample's categories, named as Laneway's default labels (core/config/settings.py).
 LABELS = {
     "billing": "billing",
     "shipping": "shipping and delivery",

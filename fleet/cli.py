@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
-from laneway.fleet_metrics import BEAT_MAX_AGE
-from laneway.settings import ACCOUNT_TYPES, LANES, Settings, SettingsError, get_settings
+from core.config.settings import Settings, SettingsError, get_settings
+from core.store.fleet_metrics import BEAT_MAX_AGE
+from core.vocab import ACCOUNT_TYPES, LANES
 
 log = logging.getLogger("laneway")
 
@@ -39,8 +40,8 @@ def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Run one process in the foreground, keeping the embedded Redis alive around it;
     SIGTERM is passed on to it, and its exit status is returned (128 + N if signal N
     ended it, as a shell reports)."""
+    from core.store.redis_conn import embedded_redis
     from fleet.lifeline import die_with_parent
-    from laneway.redis_conn import embedded_redis
 
     child: list[subprocess.Popen] = []
     pending: list[int] = []
@@ -75,7 +76,7 @@ def _run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
 @click.option("--log-level", default="INFO", show_default=True)
 def cli(log_level: str) -> None:
     """Laneway: a Celery worker fleet for NLP inference."""
-    from laneway.logsafe import install_redaction
+    from core.obs.logsafe import install_redaction
 
     install_redaction()
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -295,9 +296,9 @@ def inbox_scan(as_json: bool) -> None:
     """Take the inbox's complete files now, as beat does on LANEWAY_INBOX_SCHEDULE."""
     import json
 
+    from core.obs.logsafe import printable
+    from core.store.redis_conn import embedded_redis
     from jobs.inbox import scan_inbox
-    from laneway.logsafe import printable
-    from laneway.redis_conn import embedded_redis
 
     settings = _settings()
     with embedded_redis(settings):
@@ -357,9 +358,9 @@ def worker(
 
 
 def _run_gpu_workers(settings: Settings, device: str | None) -> int:
+    from core.store.redis_conn import embedded_redis
     from fleet.processes import add_gpu_workers, gpu_devices
     from fleet.supervisor import UNTIL_STOPPED, Fleet
-    from laneway.redis_conn import embedded_redis
 
     devices = (device,) if device is not None else gpu_devices(settings)
     if not devices or not all(d.isdigit() for d in devices):
@@ -416,8 +417,8 @@ def beat() -> None:
 def fleet() -> None:
     """This machine's workers: cpu workers kept up, a gpu worker per device started when
     gpu work waits (beat stops idle ones); Ctrl-C stops them all."""
+    from core.store.redis_conn import embedded_redis
     from fleet.processes import worker_fleet
-    from laneway.redis_conn import embedded_redis
 
     settings = _settings()
     with embedded_redis(settings):
@@ -433,8 +434,8 @@ def fleet() -> None:
 def up(host: str | None, port: int | None) -> None:
     """Run web, beat and the fleet (cpu workers, gpu workers on demand) on this machine;
     Ctrl-C stops them all."""
+    from core.store.redis_conn import embedded_redis
     from fleet.processes import full_fleet
-    from laneway.redis_conn import embedded_redis
 
     settings = _settings()
     with embedded_redis(settings):
@@ -453,7 +454,7 @@ def health(node: str, timeout: float) -> None:
 
     from celery.utils.nodenames import worker_direct
 
-    from laneway.celery_app import make_celery
+    from core.queueing.celery_app import make_celery
 
     celery = make_celery(get_settings())
     result = celery.send_task("laneway.device_health", queue=worker_direct(node))
@@ -666,7 +667,7 @@ def _free_port() -> int:
 @click.option("--show", default=5, show_default=True, help="example results to print")
 def demo(file: Path, show: int) -> None:
     """Start the fleet, submit FILE, show progress and a summary, stop everything."""
-    from laneway.redis_conn import embedded_redis
+    from core.store.redis_conn import embedded_redis
 
     settings = _settings()
     port = _free_port()
@@ -679,10 +680,11 @@ def demo(file: Path, show: int) -> None:
 def _run_demo(settings: Settings, file: Path, port: int, show: int) -> dict[str, Any]:
     import itertools
 
+    from laneway.client import Client, LanewayError
+
     from db.queries import create_account
     from db.session import session_scope
     from fleet.processes import full_fleet
-    from laneway.client import Client, LanewayError
 
     log_dir = settings.home / "logs"
     fleet = full_fleet(settings, "127.0.0.1", port, log_dir=log_dir)

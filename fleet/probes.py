@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from laneway.fleet_metrics import BEAT_MAX_AGE, beat_heartbeat
-from laneway.settings import Settings
+from core.config.settings import Settings
+from core.store.fleet_metrics import BEAT_MAX_AGE, beat_heartbeat
 
 
 def beat_alive(settings: Settings, max_age: float = BEAT_MAX_AGE) -> tuple[bool, str]:

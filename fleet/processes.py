@@ -10,9 +10,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from core.config.settings import Settings
+from core.vocab import INTERACTIVE_PREFIX
 from fleet.supervisor import ALWAYS, ON_DEMAND, Fleet
-from laneway.settings import INTERACTIVE_PREFIX, Settings
-from laneway.yielding import openmp_env
+from workers.cores import openmp_env
 
 log = logging.getLogger("fleet.supervisor")
 
@@ -55,7 +56,7 @@ def worker_env(lane: str, settings: Settings) -> dict[str, str]:
     return {
         "LANEWAY_DEVICE": check_lane(model_lane, settings),
         "LANEWAY_GPU_FALLBACK": settings.gpu_fallback,
-        # Idle OpenMP threads spin briefly, then sleep (laneway/yielding.py).
+        # Idle OpenMP threads spin briefly, then sleep (workers/cores.py).
         **openmp_env(),
     }
 
@@ -190,8 +191,8 @@ def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
 
 def gpu_depth_reader(settings: Settings):  # noqa: ANN201
     """The gpu lane's depth (queued + reserved + running), for scale-from-zero."""
-    from laneway.broker import lane_depth
-    from laneway.redis_conn import redis_client
+    from core.queueing.broker import lane_depth
+    from core.store.redis_conn import redis_client
 
     r = redis_client(settings)
     return lambda: lane_depth(r, "gpu")["depth"]
@@ -199,8 +200,8 @@ def gpu_depth_reader(settings: Settings):  # noqa: ANN201
 
 def fleet_reporter(settings: Settings, devices: int, every: float = 10.0):  # noqa: ANN201
     """Tell routing (through Redis) how many gpu devices this machine can start."""
+    from core.store.redis_conn import redis_client
     from jobs.lanes import publish_fleet
-    from laneway.redis_conn import redis_client
 
     r = redis_client(settings)
     last = [0.0]

@@ -16,7 +16,7 @@ A scan (beat, on LANEWAY_INBOX_SCHEDULE; or `laneway inbox scan`) takes each com
   `<file>.error.txt` that names the problem and the line.
 
 Nothing in a folder is trusted: every folder and file is opened from its parent's
-descriptor without following a link, and what was opened is checked (laneway/safefs.py).
+descriptor without following a link, and what was opened is checked (core/util/safefs.py).
 A link, a pipe, a device, a hard-linked file or a name with a control character is
 rejected with a report; each entry is handled alone, so none stops the scan.
 """
@@ -41,6 +41,10 @@ from typing import Any, BinaryIO
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from core.config.settings import Settings, get_settings
+from core.obs.logsafe import printable, unprintable
+from core.queueing.celery_app import TRANSIENT_ERRORS
+from core.util import safefs
 from db.models import Account, InboxFile, Job
 from db.queries import ChunkRef, aware
 from db.session import session_factory
@@ -53,10 +57,6 @@ from jobs.inputs import (
     size_error,
 )
 from jobs.submit import send_job, store_job
-from laneway import safefs
-from laneway.celery_app import TRANSIENT_ERRORS
-from laneway.logsafe import printable, unprintable
-from laneway.settings import Settings, get_settings
 
 log = logging.getLogger("jobs.inbox")
 
@@ -152,7 +152,7 @@ def _close(*fds: int) -> None:
 class Scan:
     """One pass over the inbox, holding a locked working folder for the files it claims.
     Every folder is opened from the inbox's own descriptor, never through a link
-    (laneway/safefs.py); each entry is handled alone, so no entry stops the scan."""
+    (core/util/safefs.py); each entry is handled alone, so no entry stops the scan."""
 
     def __init__(self, settings: Settings, progress: Callable[[str], None] | None = None):
         self.settings = settings

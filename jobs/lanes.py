@@ -16,14 +16,14 @@ import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from core.config.settings import Settings, get_settings
+from core.queueing.broker import lane_depths
+from core.store.redis_conn import redis_client
 from db import queries
 from db.models import Chunk, Worker
 from db.queries import utcnow
 from db.session import session_scope
 from jobs.planner import LaneStats, LiveLanes
-from laneway.broker import lane_depths
-from laneway.redis_conn import redis_client
-from laneway.settings import Settings, get_settings
 
 STATS_KEY = "laneway:lane_stats"
 STATS_WINDOW = timedelta(hours=24)

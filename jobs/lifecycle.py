@@ -18,6 +18,14 @@ import redis
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from core.config.settings import Settings, get_settings
+from core.obs import metrics
+from core.queueing.alerts import raise_alert
+from core.queueing.broker import lane_depth
+from core.queueing.dispatch import dispatch_job
+from core.store.redis_conn import redis_client
+from core.util.isolate import Failure
+from core.vocab import LANES
 from db.models import (
     FINAL_JOB_STATUSES,
     Chunk,
@@ -36,13 +44,6 @@ from db.queries import (
 )
 from db.session import after_commit, session_scope
 from jobs.outbox import send_outbox
-from laneway import metrics
-from laneway.alerts import raise_alert
-from laneway.broker import lane_depth
-from laneway.dispatch import dispatch_job
-from laneway.isolate import Failure
-from laneway.redis_conn import redis_client
-from laneway.settings import LANES, Settings, get_settings
 
 log = logging.getLogger(__name__)
 CANCEL_TTL = 7 * 24 * 3600

@@ -3,7 +3,7 @@
 `LANEWAY_OUTBOX_DIR/<account>/<file>-results.csv` (for a CSV input; `.jsonl` otherwise)
 and `<file>-summary.json`, each written under a temporary dot-name and renamed into place,
 results first: a summary's presence means its results are complete. The account's folder
-is opened without following a link (laneway/safefs.py): nothing is written outside it.
+is opened without following a link (core/util/safefs.py): nothing is written outside it.
 Then the account's webhook, if it has one, is told.
 """
 
@@ -20,16 +20,16 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
+from core.config.settings import Settings
+from core.queueing.celery_app import sending_app, visibility_timeout
+from core.queueing.result_backend import fire_and_forget
+from core.util import safefs
+from core.util.webhooks import post_json
 from db.models import FINAL_JOB_STATUSES, Account, InboxFile, Job
 from db.queries import failure_summary, iter_results, utcnow
 from db.session import after_commit, session_factory, session_scope
 from jobs.inputs import file_kind
 from jobs.results import csv_blocks, job_view, jsonl_lines
-from laneway import safefs
-from laneway.celery_app import sending_app, visibility_timeout
-from laneway.result_backend import fire_and_forget
-from laneway.settings import Settings
-from laneway.webhooks import post_json
 
 log = logging.getLogger("jobs.outbox")
 logging.getLogger("httpcore").setLevel(logging.WARNING)

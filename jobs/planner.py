@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from laneway.settings import ACCOUNT_TYPES, Settings
+from core.config.settings import Settings
+from core.vocab import ACCOUNT_TYPES
 
 # Demo and trial traffic is small and interactive: it never waits for a GPU to start.
 CPU_ONLY_ACCOUNTS = frozenset({"demo", "trial"})

@@ -10,10 +10,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from core.config.settings import Settings
 from db.models import FINAL_JOB_STATUSES, Job
 from db.queries import aware, items_done, job_cost, job_runtimes
 from jobs.exports import spreadsheet_safe
-from laneway.settings import Settings
 
 
 def _seconds(a, b) -> float | None:  # noqa: ANN001

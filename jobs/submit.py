@@ -10,6 +10,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from core.config.settings import ModelSpec, Settings, get_settings
+from core.queueing.dispatch import dispatch_job
+from core.vocab import TASKS
 from db.models import Account, Job
 from db.queries import ChunkRef, DuplicateItem, chunk_refs, create_job, stage_items
 from db.session import after_commit, session_factory
@@ -17,8 +20,6 @@ from jobs.inputs import InputError, ItemStream, item_stream
 from jobs.lanes import live_lanes, read_lane_stats
 from jobs.lifecycle import admit
 from jobs.planner import Prices, Routing, plan_chunks, route
-from laneway.dispatch import dispatch_job
-from laneway.settings import TASKS, ModelSpec, Settings, get_settings
 
 log = logging.getLogger(__name__)
 

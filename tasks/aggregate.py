@@ -7,9 +7,9 @@ from typing import Any
 
 from celery import shared_task
 
+from core.obs import tracing
+from core.queueing.celery_app import LanewayTask, app_settings
 from jobs.lifecycle import settle
-from laneway import tracing
-from laneway.celery_app import LanewayTask, app_settings
 
 
 @shared_task(name="laneway.aggregate_job", base=LanewayTask)

@@ -1,5 +1,5 @@
 """The task that posts an alert to the Slack-compatible webhook (raised by
-laneway/alerts.py), with retries, on the maintenance queue. The webhook URL carries its
+core/queueing/alerts.py), with retries, on the maintenance queue. The webhook URL carries its
 secret in the path: it is never logged nor put in a message.
 """
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from celery import shared_task
 
-from laneway.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
-from laneway.webhooks import WebhookError, post_json
+from core.queueing.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
+from core.util.webhooks import WebhookError, post_json
 
 log = logging.getLogger(__name__)
 

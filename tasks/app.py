@@ -1,6 +1,6 @@
 """The worker's entry module: `celery -A tasks worker -Q cpu` finds `tasks.app:app`.
 
-It builds the one Celery app from this process's settings (laneway/celery_app.py) with the
+It builds the one Celery app from this process's settings (core/queueing/celery_app.py) with the
 task modules, and connects the worker's signal handlers (workers/signals.py).
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 
-from laneway.celery_app import make_celery
-from laneway.settings import get_settings
-from laneway.yielding import openmp_env
+from core.config.settings import get_settings
+from core.queueing.celery_app import make_celery
+from workers.cores import openmp_env
 
 # Idle OpenMP threads spin briefly, then sleep: on a shared CPU a long-spinning batch worker
 # would take the cores an interactive request needs. Set before torch is imported.

@@ -5,7 +5,7 @@ loop is stuck from one that sends its schedule. This one touches a file under LA
 on every tick and ticks at least every BEAT_TICK_SECONDS; `laneway probe beat` fails when
 that file has grown old (tasks/app.py makes it the app's beat_scheduler).
 
-Each tick also looks for the broker's epoch key (laneway/broker.py): when Redis comes back
+Each tick also looks for the broker's epoch key (core/queueing/broker.py): when Redis comes back
 empty, the messages of every queued chunk are gone, and the reconciler is sent at once to
 send them again, instead of on its next pass after their grace period.
 """
@@ -18,10 +18,10 @@ from typing import Any
 
 from celery.beat import PersistentScheduler
 
-from laneway.broker import broker_emptied, mark_broker
-from laneway.celery_app import app_settings
-from laneway.fleet_metrics import BEAT_TICK_SECONDS, beat_heartbeat, mark
-from laneway.redis_conn import redis_client
+from core.queueing.broker import broker_emptied, mark_broker
+from core.queueing.celery_app import app_settings
+from core.store.fleet_metrics import BEAT_TICK_SECONDS, beat_heartbeat, mark
+from core.store.redis_conn import redis_client
 
 log = logging.getLogger(__name__)
 # Beat's tick in Redis (for /metrics and the stalled-beat alert) at most this often.

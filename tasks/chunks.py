@@ -28,6 +28,13 @@ from celery.exceptions import SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
 from sqlalchemy import update
 
+from core.obs import metrics, tracing
+from core.queueing.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
+from core.queueing.dispatch import send_chunks
+from core.store.cache import CachePlan, ResultCache, StoreBeside, cached_compute, process_cache
+from core.store.redis_conn import redis_client
+from core.util.faults import model_stage_check
+from core.util.isolate import Failure, isolate
 from db.models import FINISHED_CHUNK_STATES, OPEN_CHUNK_STATES, Chunk, Job
 from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
 from db.session import after_commit, session_scope
@@ -41,14 +48,7 @@ from jobs.lifecycle import (
     record_dead_letters,
     settle,
 )
-from laneway import metrics, tracing
-from laneway.cache import CachePlan, ResultCache, StoreBeside, cached_compute, process_cache
-from laneway.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
-from laneway.dispatch import send_chunks
-from laneway.faults import model_stage_check
-from laneway.isolate import Failure, isolate
-from laneway.redis_conn import redis_client
-from laneway.yielding import CoreShare, StepAside, busy_key
+from workers.cores import CoreShare, StepAside, busy_key
 from workers.devices import model_device
 from workers.model_host import get_pipeline
 from workers.registry import instance_id
@@ -237,7 +237,7 @@ class CancelWatch:
     at once; the database, the truth should Redis have been emptied, every few seconds.
 
     With `share` (the model runs on this host's CPU) it also shares the host's cores with
-    its interactive worker (laneway/yielding.py): every core while the host's busy mark is
+    its interactive worker (workers/cores.py): every core while the host's busy mark is
     absent, one fewer while it stands, and with `step_aside` (the cpu lane) a wait while
     it stands. One Redis round trip reads both the cancel flag and the mark.
     """

@@ -9,12 +9,12 @@ from typing import Any
 
 from celery import shared_task
 
+from core.queueing.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
+from core.queueing.result_backend import fire_and_forget
+from core.util.safefs import Refused
+from core.util.webhooks import WebhookError
 from jobs.inbox import scan_inbox
 from jobs.outbox import notify_webhook, write_outbox
-from laneway.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
-from laneway.result_backend import fire_and_forget
-from laneway.safefs import Refused
-from laneway.webhooks import WebhookError
 
 log = logging.getLogger("jobs.outbox")
 

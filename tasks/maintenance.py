@@ -17,19 +17,20 @@ from typing import Any
 from celery import shared_task
 from sqlalchemy import and_, exists, or_, select, update
 
+from core.config.settings import Settings
+from core.queueing.alerts import raise_alert
+from core.queueing.broker import lane_depths, snapshot
+from core.queueing.celery_app import QUEUES, LanewayTask, app_settings
+from core.queueing.dispatch import chunk_task_ids, send_chunks
+from core.store.fleet_metrics import mark
+from core.store.redis_conn import redis_client
+from core.vocab import LANES
 from db.models import Chunk, Job, Worker
 from db.queries import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
 from db.session import after_commit, session_scope
 from jobs.lanes import alive_workers
 from jobs.lifecycle import attempt_limit, exhaust_chunk, release_held_jobs, settle
 from jobs.outbox import resend_lost_outbox
-from laneway.alerts import raise_alert
-from laneway.broker import lane_depths, snapshot
-from laneway.celery_app import QUEUES, LanewayTask, app_settings
-from laneway.dispatch import chunk_task_ids, send_chunks
-from laneway.fleet_metrics import mark
-from laneway.redis_conn import redis_client
-from laneway.settings import LANES, Settings
 from workers.registry import HEARTBEAT_LOST
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any
 
 from celery import shared_task
 
-from laneway.celery_app import LanewayTask
+from core.queueing.celery_app import LanewayTask
 from workers.model_host import get_pipeline
 
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from celery import shared_task
 
+from core.config.settings import Settings
+from core.queueing.celery_app import LanewayTask, app_settings
 from db.models import Worker
 from db.queries import aware, utcnow
 from jobs.lanes import alive_workers, measure_lanes, store_lane_stats
-from laneway.celery_app import LanewayTask, app_settings
-from laneway.settings import Settings
 from tasks.app import app
 from workers.devices import model_device
 from workers.health import device_check

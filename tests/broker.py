@@ -10,13 +10,13 @@ from collections.abc import Iterator
 import redis
 from sqlalchemy import update
 
+from core.queueing.broker import UNACKED, UNACKED_INDEX, queue_keys
+from core.queueing.celery_app import QUEUES
+from core.store.interactive_protocol import requests_key
+from core.vocab import LANES
 from db.models import FINAL_JOB_STATUSES, Chunk, Job
 from db.queries import UNSETTLED_CHUNK_STATES, utcnow
 from db.session import session_scope
-from laneway.broker import UNACKED, UNACKED_INDEX, queue_keys
-from laneway.celery_app import QUEUES
-from laneway.interactive_protocol import requests_key
-from laneway.settings import LANES
 
 
 def empty_queues(settings, unacked: bool = False) -> None:

@@ -93,7 +93,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def settings():
-    from laneway.settings import Settings
+    from core.config.settings import Settings
 
     return Settings.from_env()
 
@@ -115,7 +115,7 @@ def _celery_default_app() -> Iterator[None]:
 def worker_app():
     """The worker's Celery app built from the given settings (what `celery -A tasks`
     builds from the environment): tasks run in this test read them, nothing patched."""
-    from laneway.celery_app import make_celery
+    from core.queueing.celery_app import make_celery
     from tasks.app import TASK_MODULES
 
     return lambda settings: make_celery(settings, include=TASK_MODULES)

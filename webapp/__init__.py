@@ -5,10 +5,10 @@ from __future__ import annotations
 from celery import Celery
 from flask import Flask
 
-from laneway import tracing
-from laneway.celery_app import make_celery
-from laneway.logsafe import install_redaction
-from laneway.settings import Settings, get_settings
+from core.config.settings import Settings, get_settings
+from core.obs import tracing
+from core.obs.logsafe import install_redaction
+from core.queueing.celery_app import make_celery
 from webapp.admin import admin
 from webapp.api import api
 from webapp.errors import register_error_handlers

@@ -11,6 +11,8 @@ from flask import Blueprint, Response, abort, jsonify, request
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from core.config.settings import Settings
+from core.vocab import ACCOUNT_TYPES
 from db.models import Account, ApiKey
 from db.queries import (
     add_api_key,
@@ -26,7 +28,6 @@ from db.queries import (
 )
 from db.session import session_factory
 from jobs.inputs import InputError, check_storable, parse_json_body
-from laneway.settings import ACCOUNT_TYPES, Settings
 from webapp.auth import app_settings, check_admin, key_cache
 from webapp.errors import error_response
 

@@ -8,6 +8,8 @@ from typing import Any
 from flask import Blueprint, Response, abort, g, jsonify, request, url_for
 from sqlalchemy.orm import Session
 
+from core.config.settings import Settings
+from core.obs import tracing
 from db.models import Job
 from db.queries import list_keys
 from db.session import session_factory
@@ -23,8 +25,6 @@ from jobs.inputs import (
 from jobs.lifecycle import JobStateError, LaneFull, cancel_job
 from jobs.results import job_view
 from jobs.submit import parse_tasks, submit_job
-from laneway import tracing
-from laneway.settings import Settings
 from webapp.admin import account_view
 from webapp.auth import app_settings, check_account, require_account
 from webapp.errors import error_response

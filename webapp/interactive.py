@@ -1,7 +1,7 @@
 """Interactive endpoints: small requests answered inline, and an asynchronous pair.
 
 `POST /v1/classify` (score, extract, embed): up to LANEWAY_SYNC_MAX_ITEMS items, answered
-inline by the interactive workers (laneway/interactive_protocol.py). An answer not back within
+inline by the interactive workers (core/store/interactive_protocol.py). An answer not back within
 LANEWAY_SYNC_TIMEOUT seconds (or `Prefer: wait=N`) turns the request into a normal job in
 Postgres: `202` with the job's links, nothing lost. `POST /v1/inference` answers at once
 with a `task_id`; `GET /v1/result/<task_id>` says PENDING, SUCCESS or FAILURE (another
@@ -15,12 +15,13 @@ from typing import Any
 
 from flask import Blueprint, Response, abort, g, jsonify, request, url_for
 
+from core.config.settings import Settings
+from core.store import interactive_protocol as ia
+from core.store.cache import ResultCache
+from core.vocab import TASKS
 from jobs.inputs import InputError, Limits, json_items, parse_json_body, parse_labels
 from jobs.lifecycle import LaneFull
 from jobs.submit import parse_tasks, resolve_labels, submit_job
-from laneway import interactive_protocol as ia
-from laneway.cache import ResultCache
-from laneway.settings import TASKS, Settings
 from webapp import interactive_client as ic
 from webapp.api import job_created, lane_full
 from webapp.auth import app_settings, check_account

@@ -1,5 +1,5 @@
 """The web half of the interactive path: which lane a request goes to, and the Redis client
-that queues it and waits for its answer. The protocol itself is laneway/interactive_protocol.py.
+that queues it and waits for its answer. The protocol itself is core/store/interactive_protocol.py.
 
 Each object here is kept per process (and per app's settings): a gunicorn worker's
 threads share them, a forked process makes its own.
@@ -16,11 +16,11 @@ from typing import Any
 
 import redis
 
+from core.config.settings import Settings
+from core.store.interactive_protocol import Request, push
+from core.store.interactive_protocol import send_and_wait as send_and_wait_answer
+from core.store.redis_conn import client_url
 from jobs.lanes import alive_workers
-from laneway.interactive_protocol import Request, push
-from laneway.interactive_protocol import send_and_wait as send_and_wait_answer
-from laneway.redis_conn import client_url
-from laneway.settings import Settings
 from webapp.ahead import read_ahead
 
 log = logging.getLogger(__name__)

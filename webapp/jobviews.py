@@ -16,15 +16,17 @@ from flask import Response, abort, g
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from core.config.settings import Settings
+from core.queueing.celery_app import INTERACTIVE_QUEUES
+from core.store import usage
+from core.util import pricing
+from core.vocab import LANES
 from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, Result, Worker
 from db.queries import alive_workers, aware, iter_results, own_job, utcnow
 from db.session import session_factory
 from jobs.inputs import Limits
 from jobs.lifecycle import retry_dead_letters
 from jobs.results import csv_blocks, iso, jsonl_lines
-from laneway import pricing, usage
-from laneway.celery_app import INTERACTIVE_QUEUES
-from laneway.settings import LANES, Settings
 
 
 def item_limits(settings: Settings, account_type: str) -> Limits:
@@ -227,7 +229,7 @@ def _bucket(age_seconds: float) -> int | None:
 
 
 def _dollars(settings: Settings, cpu_seconds: float, model_seconds: float, device: str) -> float:
-    """The pricing rule a job's cost applies (laneway/pricing.py), at the settings' prices."""
+    """The pricing rule a job's cost applies (core/util/pricing.py), at the settings' prices."""
     return pricing.cost(cpu_seconds, model_seconds, device, settings.cpu_price, settings.gpu_price)
 
 
@@ -290,7 +292,7 @@ def interactive_usage(
     r: redis.Redis, settings: Settings, now: datetime | None = None
 ) -> tuple[dict[str, list[int]], dict[str, float | None]]:
     """The interactive lanes' items per 5-minute bucket of the last hour and dollars per
-    item, from the counters their workers keep per minute in Redis (laneway/usage.py):
+    item, from the counters their workers keep per minute in Redis (core/store/usage.py):
     interactive requests are not stored in Postgres."""
     at = (now or utcnow()).timestamp()
     series = {lane: [0] * HOUR_BUCKETS for lane in INTERACTIVE_QUEUES}

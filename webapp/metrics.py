@@ -1,7 +1,7 @@
 """What a Prometheus scrape of /metrics gets: every Laneway process's counters on this
-machine (laneway/metrics.py), the queues' depth read from the broker, and the fleet's
+machine (core/obs/metrics.py), the queues' depth read from the broker, and the fleet's
 health where every deployment keeps it: Postgres (live workers by queue, open dead
-letters) and Redis (laneway/fleet_metrics.py: when beat last ticked and the reconciler
+letters) and Redis (core/store/fleet_metrics.py: when beat last ticked and the reconciler
 last finished, and the thresholds the webhook alerts use).
 """
 
@@ -13,26 +13,37 @@ from collections.abc import Iterator
 from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from db.models import DeadLetter
-from db.session import session_scope
-from jobs.lanes import alive_workers
-from laneway import metrics
-from laneway.celery_app import QUEUES
-from laneway.fleet_metrics import mark_families, setting_families
+from core.config.settings import Settings
+from core.obs import metrics
 
-# From laneway.metrics, which picks the multiprocess folder before prometheus_client loads.
-from laneway.metrics import (
+# From core.obs.metrics, which picks the multiprocess folder before prometheus_client loads.
+from core.obs.metrics import (
     CollectorRegistry,
     FolderCollector,
     GaugeMetricFamily,
-    QueueCollector,
     compact,
     generate_latest,
+    queue_families,
 )
-from laneway.redis_conn import redis_client
-from laneway.settings import Settings
+from core.queueing.broker import queue_depths
+from core.queueing.celery_app import QUEUES
+from core.store.fleet_metrics import mark_families, setting_families
+from core.store.redis_conn import redis_client
+from db.models import DeadLetter
+from db.session import session_scope
+from jobs.lanes import alive_workers
 
 log = logging.getLogger(__name__)
+
+
+class QueueCollector:
+    """The broker's queues, read at scrape time (a gauge file would go stale)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from queue_families(queue_depths(self.settings))
 
 
 def database_families(settings: Settings, queues: tuple[str, ...]) -> list[GaugeMetricFamily]:

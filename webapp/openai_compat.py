@@ -24,9 +24,9 @@ import numpy as np
 import redis
 from flask import Blueprint, Response, abort, g, request
 
+from core.config.settings import ModelSpec, Settings
+from core.store import interactive_protocol as ia
 from jobs.inputs import InputError, Limits, parse_json_body, text_items
-from laneway import interactive_protocol as ia
-from laneway.settings import ModelSpec, Settings
 from webapp import interactive_client as ic
 from webapp.auth import app_settings, check_account
 from webapp.errors import OPENAI_BLUEPRINT, error_response

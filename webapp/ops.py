@@ -12,9 +12,9 @@ import yaml
 from flask import Blueprint, Response, abort, current_app, jsonify
 from sqlalchemy import text
 
+from core.queueing.broker import queue_depths
+from core.store.redis_conn import ping
 from db.session import session_factory
-from laneway.broker import queue_depths
-from laneway.redis_conn import ping
 
 ops = Blueprint("ops", __name__)
 

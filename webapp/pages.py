@@ -31,6 +31,9 @@ from wtforms import PasswordField, SelectMultipleField, StringField, TextAreaFie
 from wtforms.validators import DataRequired, Length
 from wtforms.widgets import CheckboxInput, ListWidget
 
+from core.queueing.broker import queue_depths
+from core.store.redis_conn import redis_client
+from core.vocab import TASKS
 from db.models import FINAL_JOB_STATUSES
 from db.queries import live_key
 from db.session import session_factory
@@ -38,9 +41,6 @@ from jobs.inputs import InputError, file_items, json_items, parse_labels
 from jobs.lifecycle import LaneFull
 from jobs.results import job_view, result_record
 from jobs.submit import parse_tasks, submit_job
-from laneway.broker import queue_depths
-from laneway.redis_conn import redis_client
-from laneway.settings import TASKS
 from webapp import charts, jobviews, sessions
 from webapp.auth import app_settings
 

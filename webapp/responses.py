@@ -1,4 +1,4 @@
-"""JSON responses of the interactive endpoints, encoded by orjson (laneway/jsoncodec.py).
+"""JSON responses of the interactive endpoints, encoded by orjson (core/util/jsoncodec.py).
 
 Flask's `jsonify` goes through the stdlib's encoder: for an answer of 384 floats it was a
 tenth of the web process's CPU per interactive request (docs/benchmarks.md, issue 19). The
@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Response
 
-from laneway.jsoncodec import dumps_bytes
+from core.util.jsoncodec import dumps_bytes
 
 
 def json_response(payload: Any, status: int = 200) -> Response:

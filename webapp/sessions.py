@@ -19,8 +19,8 @@ import time
 import redis
 from flask import current_app, session
 
-from laneway.redis_conn import redis_client
-from laneway.settings import Settings
+from core.config.settings import Settings
+from core.store.redis_conn import redis_client
 
 log = logging.getLogger(__name__)
 PREFIX = "laneway:websession:"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from laneway.settings import Settings
+from core.config.settings import Settings
 
 
 class LaneError(RuntimeError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from laneway.settings import INTERACTIVE_PREFIX
+from core.vocab import INTERACTIVE_PREFIX
 
 _worker: dict[str, Any] = {}
 

@@ -1,17 +1,17 @@
 """The interactive worker's server: `laneway worker interactive` (a Celery worker of
 `interactive.<lane>`, for its supervision, heartbeats and Flower) takes its lane's requests
 off their Redis list with one feeder thread (`Feeder`; the protocol:
-laneway/interactive_protocol.py), and answers a request sent as a Celery message too
+core/store/interactive_protocol.py), and answers a request sent as a Celery message too
 (`InteractiveServer.serve`, tasks/interactive.py).
 
 The feeder hands every request to the process's dynamic batcher (inference/dynamic.py);
 one model thread runs the batches: requests of the same tasks and labels share forward
 passes, identical texts are computed once and the result cache is read and filled
-(laneway/cache.py). A batch that raises is split in halves until the failing items stand
-alone (laneway/isolate.py), so each item gets its own result or its own error, and no
+(core/store/cache.py). A batch that raises is split in halves until the failing items stand
+alone (core/util/isolate.py), so each item gets its own result or its own error, and no
 request is left waiting. The model thread sends a batch's answers back through Redis in
 one round trip; then, on a sender thread, the batch's cache entries are stored and its
-figures go to Prometheus and to its lane's per-minute counters in Redis (laneway/usage.py,
+figures go to Prometheus and to its lane's per-minute counters in Redis (core/store/usage.py,
 one round trip per batch): nothing about a request is written to Postgres.
 """
 
@@ -31,20 +31,22 @@ from typing import Any
 import redis
 import torch
 
+from core.config.settings import Settings
+from core.config.startup import freeze_startup_objects
+from core.obs import metrics, tracing
+from core.queueing.celery_app import app_settings
+from core.store import usage
+from core.store.cache import StoreBeside, cached_compute, process_cache
+from core.store.interactive_protocol import Popper, Request, answer, deliver, item_results, parse
+from core.store.redis_conn import client_url, redis_client
+from core.util.faults import model_stage_check
+from core.util.isolate import Failure, isolate
+from core.vocab import INTERACTIVE_PREFIX
 from inference.batching import Interrupted
 from inference.dynamic import DynamicBatcher
 from inference.pipeline import StageTimes, TimedRun
 from inference.precision import choose
-from laneway import metrics, tracing, usage
-from laneway.cache import StoreBeside, cached_compute, process_cache
-from laneway.celery_app import app_settings
-from laneway.faults import model_stage_check
-from laneway.interactive_protocol import Popper, Request, answer, deliver, item_results, parse
-from laneway.isolate import Failure, isolate
-from laneway.redis_conn import client_url, redis_client
-from laneway.settings import INTERACTIVE_PREFIX, Settings
-from laneway.startup import freeze_startup_objects
-from laneway.yielding import BusyMark
+from workers.cores import BusyMark
 from workers.devices import model_device
 from workers.identity import worker_queues
 from workers.model_host import check_device_or_stop, get_pipeline
@@ -326,7 +328,7 @@ class InteractiveServer:
         answers them. The hand-over holds the server's lock, so `stop` finds each request
         in the batcher (and puts it back) or never handed over."""
         received = time.time()
-        self.busy.mark()  # batch workers on this host step aside (laneway/yielding.py)
+        self.busy.mark()  # batch workers on this host step aside (workers/cores.py)
         futures = []
         with self._lock:
             batcher = self.batcher()

@@ -9,7 +9,8 @@ from typing import Any
 
 from celery.signals import worker_process_init
 
-from laneway.settings import TASKS, ModelSpec, Settings, get_settings
+from core.config.settings import ModelSpec, Settings, get_settings
+from core.vocab import TASKS
 from workers.devices import model_device
 from workers.identity import is_interactive, worker_queues
 from workers.registry import instance_id, ready

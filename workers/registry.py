@@ -26,10 +26,11 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from core.config.settings import Settings, get_settings
+from core.vocab import GPU_QUEUES
 from db.models import Worker, WorkerEvent
 from db.queries import aware, utcnow
 from db.session import session_scope
-from laneway.settings import GPU_QUEUES, Settings, get_settings
 
 log = logging.getLogger(__name__)
 # Set by whoever starts the worker (the fleet), read by the worker and its pool children.

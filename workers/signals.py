@@ -27,10 +27,10 @@ from celery.signals import (
     worker_shutdown,
 )
 
-from laneway import tracing
-from laneway.celery_app import CHUNK_TASKS, app_settings
-from laneway.redis_conn import ensure_embedded_redis
-from laneway.settings import GPU_QUEUES
+from core.obs import tracing
+from core.queueing.celery_app import CHUNK_TASKS, app_settings
+from core.store.redis_conn import ensure_embedded_redis
+from core.vocab import GPU_QUEUES
 from workers.devices import LaneError, check_lane
 from workers.identity import is_interactive, set_worker, worker, worker_queues
 from workers.registry import (

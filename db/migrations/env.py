@@ -5,9 +5,9 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import text
 
+from core.config.settings import get_settings
 from db.models import Base
 from db.session import make_engine
-from laneway.settings import get_settings
 
 config = context.config
 target_metadata = Base.metadata

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from laneway.settings import POISON_MARKER
+from core.vocab import POISON_MARKER
 from tests.e2e.procs import wait_for
 from tests.faults.harness import beat, cpu_worker, submit, wait_final
 from tests.receiver import Receiver
@@ -18,7 +18,7 @@ def test_deep_queue_dead_letter_and_failed_job_alert_once_each(
 ):
     import redis
 
-    from laneway.alerts import alert_key
+    from core.queueing.alerts import alert_key
 
     r = redis.Redis.from_url(settings.redis_url)
     r.delete(*(alert_key(c) for c in ("depth:cpu", "dead_letter", "job_failed")))

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from laneway.faults import stall_file
-from laneway.settings import STALL_MARKER
+from core.util.faults import stall_file
+from core.vocab import STALL_MARKER
 from tests.e2e.procs import BIN, Proc, http, start_web, wait_for, worker_ready
 from tests.faults.harness import cpu_worker
 

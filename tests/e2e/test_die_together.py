@@ -136,11 +136,11 @@ def forget_the_gpu_lane(settings) -> None:
 
     from sqlalchemy import update
 
+    from core.queueing.broker import UNACKED, UNACKED_INDEX, queue_keys
+    from core.store.redis_conn import redis_client
     from db.models import Worker
     from db.queries import utcnow
     from db.session import session_scope
-    from laneway.broker import UNACKED, UNACKED_INDEX, queue_keys
-    from laneway.redis_conn import redis_client
 
     r = redis_client(settings)
     r.delete(*queue_keys("gpu"))

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from laneway.settings import DEFAULT_LABELS
+from core.vocab import DEFAULT_LABELS
 from tests import bombs
 from tests.e2e.procs import BIN, Proc, start_worker, wait_for
 from tests.receiver import Receiver

@@ -14,9 +14,9 @@ import pytest
 import yaml
 from sqlalchemy import delete
 
+from core.store.fleet_metrics import mark_key
 from db.models import DeadLetter
 from db.session import session_scope
-from laneway.fleet_metrics import mark_key
 from tests.broker import quiesce
 from tests.e2e.procs import Proc, free_port, http, start_web, wait_for
 from tests.faults.harness import beat, submit
@@ -40,7 +40,7 @@ def scraped_names(text: str) -> set[str]:
 
 
 def test_every_metric_the_dashboard_and_rules_read_is_on_a_real_scrape(web):
-    from laneway import metrics
+    from core.obs import metrics
 
     # This process writes to the same metrics folder (LANEWAY_HOME) as the web process:
     # one of each kind of work, as workers record it, so that each family has a sample.

@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from laneway.settings import ACCOUNT_TYPES, Settings
+from core.config.settings import Settings
+from core.vocab import ACCOUNT_TYPES
 from tests.e2e.procs import Proc, free_port, start_web, wait_for
 
 # Debian's nginx is in /usr/sbin, which a user's PATH may lack.

@@ -11,10 +11,10 @@ import pytest
 import redis
 from sqlalchemy import select
 
+from core.queueing.broker import lane_depth, snapshot
+from core.util.faults import stall_file
 from db.models import Chunk
 from db.session import session_scope
-from laneway.broker import lane_depth, snapshot
-from laneway.faults import stall_file
 from tests.e2e.procs import start_web, wait_for
 from tests.faults.harness import (
     assert_exactly_one_result_each,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from core.vocab import STALL_MARKER
 from db.models import Chunk, Job, JobEvent, Result
 from db.session import session_scope
 from jobs.submit import submit_job
-from laneway.settings import STALL_MARKER
 from tests.e2e.procs import BIN, Proc, start_worker, wait_for
 
 # The timings the issue names: a 30 s chunk limit (visibility timeout 2 * 30 + 60 s) and a

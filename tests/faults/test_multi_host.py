@@ -22,13 +22,13 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from sqlalchemy import select, text
 
+from core.queueing.broker import snapshot
+from core.queueing.celery_app import QUEUES
+from core.store.redis_conn import redis_client
+from core.util.faults import stall_file
 from db.models import Chunk, Job, JobEvent
 from db.session import session_scope
 from jobs.submit import submit_job
-from laneway.broker import snapshot
-from laneway.celery_app import QUEUES
-from laneway.faults import stall_file
-from laneway.redis_conn import redis_client
 from tasks import app
 from tests.e2e.procs import BIN, Proc, wait_for, worker_ready
 from tests.faults import netns

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from laneway.settings import POISON_MARKER
+from core.vocab import POISON_MARKER
 from tests.e2e.procs import BIN, http, start_web
 from tests.faults.harness import (
     assert_exactly_one_result_each,

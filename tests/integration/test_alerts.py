@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from laneway.alerts import alert_key, raise_alert
+from core.queueing.alerts import alert_key, raise_alert
 from tasks.alerts import WebhookError, post_to_webhook, send_alert
 from tests.receiver import Receiver
 
@@ -54,7 +54,7 @@ def test_a_failing_webhook_raises_without_its_url(settings):
 
 
 def test_a_malformed_webhook_setting_is_refused_without_echoing_it():
-    from laneway.settings import Settings, SettingsError
+    from core.config.settings import Settings, SettingsError
 
     with pytest.raises(SettingsError, match="LANEWAY_ALERT_WEBHOOK_URL") as caught:
         Settings.from_env({"LANEWAY_ALERT_WEBHOOK_URL": "hooks.example/SECRET123"})

@@ -355,7 +355,7 @@ def test_lanes_count_delivered_messages_and_keda_reads_the_gpu_depth(client, set
 
     import yaml
 
-    from laneway.broker import UNACKED, UNACKED_INDEX
+    from core.queueing.broker import UNACKED, UNACKED_INDEX
 
     r = redis.Redis.from_url(settings.redis_url)
     tag = f"test-{uuid.uuid4().hex}"

@@ -7,7 +7,7 @@ import threading
 
 import redis
 
-from laneway.cache import ResultCache, StoreBeside, cached_compute
+from core.store.cache import ResultCache, StoreBeside, cached_compute
 
 
 def _cache(settings) -> ResultCache:

@@ -8,9 +8,9 @@ import redis
 from prometheus_client import REGISTRY
 from sqlalchemy import select
 
+from core.store.cache import ResultCache
 from db.models import Result
 from db.session import session_scope
-from laneway.cache import ResultCache
 from tests.factories import stored_job
 
 LABELS = ["shipping", "billing"]

@@ -42,7 +42,7 @@ def test_accounts_get_set_and_clear_a_webhook_without_echoing_it(migrated):
 
 
 def test_inbox_scan_reports_each_file(migrated, tmp_path, account_factory, monkeypatch):
-    from laneway.settings import get_settings
+    from core.config.settings import get_settings
 
     account, _ = account_factory()
     monkeypatch.setenv("LANEWAY_INBOX_DIR", str(tmp_path / "inbox"))

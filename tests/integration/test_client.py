@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
 from laneway import Backoff, Client, LanewayError
+
 from tests.integration.conftest import store_results
 
 

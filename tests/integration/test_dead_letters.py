@@ -9,11 +9,11 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 
+from core.vocab import POISON_MARKER
 from db.models import Chunk, DeadLetter, Job, JobEvent, Result
 from db.queries import chunk_items
 from db.session import session_scope
 from jobs.lifecycle import retry_dead_letters
-from laneway.settings import POISON_MARKER
 from tasks.chunks import run_chunk
 from tests.factories import stored_job
 

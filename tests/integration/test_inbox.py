@@ -14,10 +14,10 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
+from core.config.settings import Settings
 from db.models import Chunk, InboxFile, Job, JobItem
 from db.session import session_scope
 from jobs.inbox import WORKING, scan_inbox
-from laneway.settings import Settings
 from tests.e2e.procs import BIN, wait_for
 
 

@@ -18,10 +18,10 @@ import uuid
 import pytest
 from sqlalchemy import select
 
+from core.config.settings import Settings
 from db.models import Job, JobItem
 from db.session import session_scope
 from jobs.inbox import PROCESSED, REJECTED, WORKING, scan_inbox
-from laneway.settings import Settings
 from tests import bombs
 from tests.e2e.procs import BIN
 from tests.integration.test_inbox import by_name, drop, jobs_of_account, lines_csv, lines_jsonl

@@ -14,9 +14,9 @@ import pytest
 import redis
 from sqlalchemy import select
 
+from core.vocab import POISON_MARKER, STALL_MARKER
 from db.models import Job, JobItem
 from db.session import session_scope
-from laneway.settings import POISON_MARKER, STALL_MARKER
 from tests.e2e.procs import BIN, start_worker, wait_for
 from tests.integration.conftest import auth
 
@@ -160,7 +160,7 @@ def test_a_failing_batch_fails_each_request_and_hangs_none(worker, client, accou
 
 def cache_keys(settings, account_id: int, texts: list[str]) -> set[bytes]:
     """The result cache's keys of an account's embeddings of `texts`."""
-    from laneway.cache import cache_key, cache_scope, task_identity
+    from core.store.cache import cache_key, cache_scope, task_identity
 
     identity = task_identity(settings, "embed", [], cache_scope(settings, account_id))
     return {cache_key(identity, x).encode() for x in texts}
@@ -232,7 +232,7 @@ def test_no_account_learns_that_another_sent_the_same_text(
 
 
 def test_an_operator_may_share_the_cache_across_accounts(make_app, settings, account_factory):
-    from laneway.cache import ResultCache
+    from core.store.cache import ResultCache
 
     shared = {"anonymous_rate_limit": "100000/minute", "cache_ttl": 300, "cache_shared": True}
     client = make_app(**shared).test_client()
@@ -391,7 +391,7 @@ def _worker_state(settings) -> dict:
 def test_the_dashboard_sees_the_interactive_worker_busy_then_idle(
     worker, client, settings, account_factory
 ):
-    from laneway.faults import stall_file
+    from core.util.faults import stall_file
 
     def state(busy: bool) -> dict:
         # Its heartbeat (every second here) carries the batcher's requests in flight.
@@ -434,7 +434,7 @@ def test_the_worker_drops_what_nobody_waits_for_and_survives_entries_that_are_no
 ):
     """A request taken past its deadline (its caller already stored it as a job) is not
     computed; garbage on the list is skipped; the request behind both is answered."""
-    from laneway import interactive_protocol as ia
+    from core.store import interactive_protocol as ia
 
     r = redis.Redis.from_url(settings.redis_url)
     t = tag()
@@ -453,8 +453,8 @@ def test_the_worker_drops_what_nobody_waits_for_and_survives_entries_that_are_no
 def test_a_request_sent_as_a_celery_message_is_answered_too(worker, settings):
     """A web process of the last release sent each request as a Celery message on the
     lane's queue: during a rolling upgrade the worker still answers those."""
-    from laneway import interactive_protocol as ia
-    from laneway.celery_app import make_celery
+    from core.queueing.celery_app import make_celery
+    from core.store import interactive_protocol as ia
 
     req = ia.new_request(["score"], [], [("m", f"lovely, thanks {tag()}")], keep=False, account=1)
     make_celery(settings).send_task(

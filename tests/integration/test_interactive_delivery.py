@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
+from core.store import interactive_protocol as ia
+from core.store import usage
 from inference.pipeline import StageTimes
-from laneway import interactive_protocol as ia
-from laneway import usage
 from workers import interactive_server
 from workers.interactive_server import BatchFigures, Incoming, InteractiveServer
 

@@ -13,7 +13,7 @@ import uuid
 import pytest
 import redis
 
-from laneway import interactive_protocol as ia
+from core.store import interactive_protocol as ia
 from webapp import interactive_client as ic
 from workers.interactive_server import InteractiveServer
 

@@ -11,11 +11,11 @@ import pytest
 import redis
 from sqlalchemy import select
 
+from core.store import usage
 from db.models import Chunk
 from db.queries import create_account, create_job
 from db.session import session_scope
 from jobs.planner import plan_chunks
-from laneway import usage
 from webapp import jobviews
 from workers import registry
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from laneway.jsonbudget import MIB
+from core.util.jsonbudget import MIB
 from tests.integration.conftest import auth
 
 SIZE = 6 * MIB

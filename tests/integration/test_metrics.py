@@ -16,7 +16,7 @@ def _value(text: str, sample: str) -> float:
 
 
 def test_metrics_show_recorded_work_and_the_queues_depth(client, settings):
-    from laneway import metrics
+    from core.obs import metrics
 
     before = client.get("/metrics")
     assert before.status_code == 200 and before.mimetype == "text/plain"
@@ -44,9 +44,9 @@ def test_metrics_show_recorded_work_and_the_queues_depth(client, settings):
 def test_a_scrape_reads_the_delivered_messages_once_for_every_queue(client, settings):
     """kombu keeps every queue's delivered messages in one hash: a scrape reads it once,
     not once per queue, and still counts each queue's own."""
-    from laneway.broker import PRIORITY_SEP, PRIORITY_STEPS, UNACKED
-    from laneway.celery_app import INTERACTIVE_QUEUES, QUEUES
-    from laneway.interactive_protocol import requests_key
+    from core.queueing.broker import PRIORITY_SEP, PRIORITY_STEPS, UNACKED
+    from core.queueing.celery_app import INTERACTIVE_QUEUES, QUEUES
+    from core.store.interactive_protocol import requests_key
 
     def depths(text: str) -> dict[str, float]:
         return {
@@ -98,10 +98,10 @@ def test_metrics_show_the_fleets_health_from_postgres_and_redis(client, settings
     back is not), beat's and the reconciler's marks, and the thresholds the rules use."""
     from sqlalchemy import delete, update
 
+    from core.store.fleet_metrics import mark, mark_key
     from db.models import DeadLetter, Worker
     from db.queries import utcnow
     from db.session import session_scope
-    from laneway.fleet_metrics import mark, mark_key
     from tests.factories import add_worker, stored_job
 
     r = redis.Redis.from_url(settings.redis_url)
@@ -166,7 +166,7 @@ def test_a_reconciler_pass_marks_its_end(settings, migrated):
     """The stalled-reconciler alert reads this mark: a whole pass writes it."""
     import time
 
-    from laneway.fleet_metrics import mark_key
+    from core.store.fleet_metrics import mark_key
     from tasks.maintenance import reconcile
 
     r = redis.Redis.from_url(settings.redis_url)

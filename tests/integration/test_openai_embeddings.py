@@ -11,7 +11,7 @@ import uuid
 import numpy as np
 import pytest
 
-from laneway.settings import POISON_MARKER
+from core.vocab import POISON_MARKER
 from tests.e2e.procs import BIN, start_worker
 from tests.integration.conftest import auth
 

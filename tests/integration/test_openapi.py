@@ -49,7 +49,7 @@ def test_every_route_and_method_is_in_the_document(app, client):
 def _fuzz_app():
     """The app, with limits high enough that the fuzzer is never refused for its pace.
     Made at import: schemathesis needs it to generate the cases."""
-    from laneway.settings import Settings
+    from core.config.settings import Settings
     from webapp import create_app
 
     base = Settings.from_env()

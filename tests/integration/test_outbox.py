@@ -16,14 +16,14 @@ import pytest
 import redis
 from sqlalchemy import update
 
+from core.config.settings import Settings
+from core.util.safefs import Refused
+from core.util.webhooks import WebhookError
 from db.models import Chunk, InboxFile
 from db.queries import finalize_job, upsert_results, utcnow
 from db.session import session_scope
 from jobs.inbox import scan_inbox
 from jobs.outbox import notify_webhook, resend_lost_outbox, send_outbox, write_outbox
-from laneway.safefs import Refused
-from laneway.settings import Settings
-from laneway.webhooks import WebhookError
 from tasks.inbox import write_outbox_task
 from tests.receiver import Receiver
 

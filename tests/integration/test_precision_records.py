@@ -9,11 +9,11 @@ import uuid
 import pytest
 from sqlalchemy import update
 
+from core.config.settings import Settings
 from db.models import Chunk, Job
 from db.queries import finalize_job, job_runtimes
 from db.session import session_scope
 from inference.precision import choose, runtime_label
-from laneway.settings import Settings
 from tests.factories import stored_job
 from tests.integration.conftest import auth
 from tests.integration.test_pages import BASE, _login

@@ -69,7 +69,6 @@ def test_redis_down_lets_requests_through_rather_than_failing_them(make_app, acc
 
 def test_the_cli_client_waits_out_a_429_while_polling(make_app, settings, account_factory):
     import httpx
-
     from laneway.client import Client
 
     limits = dict(settings.account_limits)

@@ -13,11 +13,11 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
+from core.queueing.broker import UNACKED, UNACKED_INDEX
 from db.models import Chunk, DeadLetter, Job, JobEvent, Result, Worker
 from db.queries import utcnow
 from db.session import session_scope
 from jobs.lifecycle import attempt_limit, cancel_job, release_held_jobs
-from laneway.broker import UNACKED, UNACKED_INDEX
 from tasks.maintenance import finalize_orphaned_jobs, mark_dead_workers, recover_chunks
 from tests.broker import empty_queues
 from tests.factories import stored_job
@@ -133,7 +133,7 @@ def test_after_redis_came_back_empty_recent_chunks_without_a_message_are_sent_at
 
 
 def test_beat_notices_an_emptied_redis_once_and_sends_the_reconciler(settings, broker):
-    from laneway.broker import EPOCH_KEY
+    from core.queueing.broker import EPOCH_KEY
     from tasks.app import app
     from tasks.beat import EmptiedBrokerWatch
 

@@ -14,8 +14,8 @@ from sqlalchemy import select
 
 from db.models import Chunk, Result
 from db.session import session_scope
-from laneway.yielding import BusyMark, StepAside, busy_key, mark_left_ms
 from tests.factories import stored_job
+from workers.cores import BusyMark, StepAside, busy_key, mark_left_ms
 
 
 @pytest.fixture

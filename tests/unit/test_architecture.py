@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ROOMS = ("fleet", "webapp", "tasks", "workers", "jobs", "db", "laneway", "inference")
+ROOMS = ("fleet", "webapp", "tasks", "workers", "jobs", "db", "core", "inference")
+# The client is a distribution of its own (client/), with a contract of its own.
+CLIENT = ROOT / "client" / "laneway"
 LINT = Path(sys.executable).with_name("lint-imports")
 
 
@@ -33,6 +35,7 @@ def tree(tmp_path_factory) -> Path:
     where = tmp_path_factory.mktemp("house")
     for room in ROOMS:
         shutil.copytree(ROOT / room, where / room, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(CLIENT, where / "laneway", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", where / "pyproject.toml")
     return where
 
@@ -47,7 +50,12 @@ def test_the_tree_keeps_every_contract():
     ("path", "line", "broken"),
     [
         # The ground floor reaching up into a service.
-        ("laneway/upward.py", "import jobs.submit\n", "Rooms import downward only"),
+        ("core/upward.py", "import jobs.submit\n", "Rooms import downward only"),
+        # The settings reaching up into the Celery wiring.
+        ("core/config/upward.py", "import core.queueing.celery_app\n", "ground floor's rooms"),
+        # The light client importing the server, or torch.
+        ("laneway/server.py", "import core.config.settings\n", "client knows nothing"),
+        ("laneway/heavy.py", "import torch\n", "client knows nothing"),
         # A service reaching up into a task module (the old jobs -> tasks cycle).
         ("jobs/upward.py", "from tasks import chunks\n", "Rooms import downward only"),
         # The web app importing the worker's entry module (and so torch).

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from laneway.cache import (
+from core.config.settings import Settings
+from core.store.cache import (
     ResultCache,
     cache_key,
     cache_scope,
@@ -10,7 +11,6 @@ from laneway.cache import (
     task_identity,
     unique,
 )
-from laneway.settings import Settings
 
 
 def key(settings, task, labels, text):

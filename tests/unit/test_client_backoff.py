@@ -8,7 +8,6 @@ from email.utils import format_datetime
 
 import httpx
 import pytest
-
 from laneway import Backoff, Client, LanewayError
 from laneway.client import _items, parse_retry_after
 

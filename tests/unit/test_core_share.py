@@ -1,11 +1,11 @@
-"""How a batch worker shares its host's cores (laneway/yielding.py), as pure logic: the
+"""How a batch worker shares its host's cores (workers/cores.py), as pure logic: the
 thread policy with a recorded setter, the wait with a fake clock and mark reader."""
 
 from __future__ import annotations
 
 import pytest
 
-from laneway.yielding import CoreShare, StepAside
+from workers.cores import CoreShare, StepAside
 
 
 def share(cores: int, threads: int) -> tuple[CoreShare, list[int]]:

@@ -19,9 +19,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from core.config.settings import Settings
 from fleet.cli import cli
 from fleet.processes import gpu_worker, interactive_worker, worker_argv, worker_queues
-from laneway.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -153,7 +153,7 @@ NGINX_TEMPLATE = DOCKER / "nginx" / "laneway.conf.template"
 
 
 def largest_upload(env: dict[str, str]) -> int:
-    from laneway.settings import ACCOUNT_TYPES
+    from core.vocab import ACCOUNT_TYPES
 
     settings = Settings.from_env(env)
     return max(settings.limits_for(kind).max_upload_bytes for kind in ACCOUNT_TYPES)
@@ -418,7 +418,7 @@ def test_the_image_installs_no_developer_tools(tmp_path):
     venv = f"VENV={tmp_path}/venv"
     runtime = [line for line in make_dry_run("install-runtime", venv).splitlines() if "-e " in line]
     assert runtime and all("dev" not in line.split(" -e ")[1] for line in runtime), runtime
-    # The image traces once OTEL_* variables say so (laneway/tracing.py): the otel extra.
+    # The image traces once OTEL_* variables say so (core/obs/tracing.py): the otel extra.
     assert any("-e '.[otel]'" in line for line in runtime), runtime
     # Developers still get their tools from `make install` (and `make test`, through it).
     assert "-e '.[dev,otel]'" in make_dry_run("install", venv)
@@ -596,7 +596,7 @@ def volume_at(doc: dict, path: str) -> dict:
 
 
 def test_shared_files_are_on_a_shared_volume_and_metrics_stay_in_the_pod():
-    from laneway.celery_app import celery_config
+    from core.queueing.celery_app import celery_config
 
     docs = by_kind(proxy=False)
     settings = Settings.from_env(dict(docs[("ConfigMap", "laneway-settings")]["data"]))

@@ -51,7 +51,7 @@ def test_the_readmes_client_example_is_the_tested_one():
 
 
 def test_every_setting_is_in_the_configuration_reference():
-    from laneway.settings import Settings
+    from core.config.settings import Settings
 
     names = set(Settings.variables())
     assert len(names) > 50 and "LANEWAY_RATE_LIMIT_ANONYMOUS" in names

@@ -5,8 +5,9 @@ import time
 
 import pytest
 
-from laneway.faults import PoisonError, model_stage_check, stall_file
-from laneway.settings import POISON_MARKER, STALL_MARKER, Settings
+from core.config.settings import Settings
+from core.util.faults import PoisonError, model_stage_check, stall_file
+from core.vocab import POISON_MARKER, STALL_MARKER
 
 
 def settings_with(tmp_path, faults: str) -> Settings:

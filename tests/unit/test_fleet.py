@@ -7,7 +7,7 @@ import sys
 import time
 
 from fleet.supervisor import ALWAYS, ON_DEMAND, RESTARTS_ALLOWED, Fleet
-from laneway.yielding import OPENMP_SPIN_COUNT
+from workers.cores import OPENMP_SPIN_COUNT
 
 
 def program(code: str) -> list[str]:
@@ -133,8 +133,8 @@ def test_until_stopped_restarts_a_crash_but_not_a_clean_exit(tmp_path):
 
 
 def test_the_fleet_runs_an_interactive_worker_beside_the_batch_workers():
+    from core.config.settings import Settings
     from fleet.processes import worker_env, worker_fleet
-    from laneway.settings import Settings
 
     settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu", "LANEWAY_GPU_DEVICES": "0"})
     fleet = worker_fleet(settings)
@@ -151,8 +151,8 @@ def test_the_fleet_runs_an_interactive_worker_beside_the_batch_workers():
 
 
 def test_an_interactive_worker_for_each_lane_the_gpu_one_pinned_to_its_device():
+    from core.config.settings import Settings
     from fleet.processes import worker_fleet
-    from laneway.settings import Settings
 
     settings = Settings.from_env(
         {
@@ -178,8 +178,8 @@ def test_an_interactive_worker_for_each_lane_the_gpu_one_pinned_to_its_device():
 
 
 def test_without_cuda_the_fleet_runs_the_cpu_interactive_worker_alone():
+    from core.config.settings import Settings
     from fleet.processes import interactive_lanes, worker_fleet
-    from laneway.settings import Settings
 
     # CPU fallback: a second interactive worker would only compete with the first.
     settings = Settings.from_env({"LANEWAY_GPU_FALLBACK": "cpu"})
@@ -232,8 +232,8 @@ def test_a_device_lock_taken_twice_in_one_process_is_refused(tmp_path):
 
 
 def test_an_operators_own_openmp_wait_policy_wins(monkeypatch):
+    from core.config.settings import Settings
     from fleet.processes import worker_env
-    from laneway.settings import Settings
 
     settings = Settings.from_env({})
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)

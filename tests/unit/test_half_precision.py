@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from core.vocab import DEFAULT_LABELS
 from inference import Encoder
 from inference.pipeline import Pipeline
-from laneway.settings import DEFAULT_LABELS
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "customer_messages.csv"
 

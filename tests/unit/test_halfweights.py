@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from core.config.settings import Settings
 from inference import Encoder, halfweights
 from inference.accuracy import load_checked, load_sample
 from inference.seqcls import SequenceClassifier
-from laneway.settings import Settings
 from tests.tiny_models import make_seqcls_model
 
 pytestmark = pytest.mark.skipif(

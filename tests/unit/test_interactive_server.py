@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from laneway.settings import Settings
+from core.config.settings import Settings
 from workers.interactive_server import InteractiveServer
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from laneway.isolate import isolate
+from core.util.isolate import isolate
 
 
 class Poison(Exception):

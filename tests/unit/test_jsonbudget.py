@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laneway import jsonbudget
-from laneway.jsonbudget import MIB, budget, parse_cost, structure, too_costly
+from core.util import jsonbudget
+from core.util.jsonbudget import MIB, budget, parse_cost, structure, too_costly
 
 
 def reference(data: bytes) -> tuple[int, int, int]:

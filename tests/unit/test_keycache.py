@@ -120,7 +120,7 @@ def test_keys_are_kept_by_hash_never_in_clear_and_the_cache_is_bounded():
 def test_the_setting_is_bounded_and_names_itself():
     import pytest
 
-    from laneway.settings import Settings, SettingsError
+    from core.config.settings import Settings, SettingsError
 
     assert Settings.from_env({}).auth_cache_seconds == 2.0
     assert Settings.from_env({"LANEWAY_AUTH_CACHE_SECONDS": "0"}).auth_cache_seconds == 0

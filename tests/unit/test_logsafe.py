@@ -2,7 +2,7 @@ import logging
 
 import pytest
 
-from laneway.logsafe import install_redaction, printable, redact
+from core.obs.logsafe import install_redaction, printable, redact
 
 KEY = "lw_0123456789ab_Zx9-Qw_ErTy-uiop_ASDFghjkl1234567890abcd"
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from core.config.settings import Settings, SettingsError
 from inference import Encoder
 from inference import lone as lone_module
 from inference.lone import LoneText
-from laneway.settings import Settings, SettingsError
 from tests.unit.test_packed import TEXTS as PACKED_TEXTS
 
 TEXTS = [t for t in PACKED_TEXTS if len(t) < 100 or t.startswith("word")]

@@ -6,7 +6,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from laneway import metrics
+from core.obs import metrics
 
 
 def test_a_model_stage_that_forwarded_nothing_records_nothing():
@@ -105,8 +105,8 @@ def test_a_file_left_empty_by_a_killed_process_is_removed_and_never_breaks_a_scr
 
 
 def test_flower_is_bounded_and_persists_nothing_in_the_working_directory(tmp_path):
+    from core.config.settings import Settings
     from fleet.processes import flower_argv
-    from laneway.settings import Settings
 
     argv = flower_argv(Settings(home=tmp_path), "0.0.0.0", 5555, 10000)
     assert "--max_tasks=10000" in argv and "--persistent=False" in argv

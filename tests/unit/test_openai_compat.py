@@ -8,7 +8,7 @@ import base64
 import numpy as np
 import pytest
 
-from laneway.settings import ModelSpec, Settings
+from core.config.settings import ModelSpec, Settings
 from webapp.openai_compat import (
     FieldError,
     check_dimensions,

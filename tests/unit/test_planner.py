@@ -134,7 +134,7 @@ def test_backlog_counts_toward_completion_time():
 
 
 def test_a_cold_gpu_lane_is_charged_the_idle_time_whoever_stops_it():
-    from laneway.settings import Settings
+    from core.config.settings import Settings
 
     # Starting from zero pays each device's cold start and the idle time before it is
     # stopped: beat's timeout, or KEDA's cooldownPeriod when KEDA stops the pods.

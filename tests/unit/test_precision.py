@@ -8,6 +8,8 @@ import logging
 import pytest
 import torch
 
+from core.config.settings import Settings
+from core.vocab import DEFAULT_LABELS, PRECISIONS
 from inference import Encoder, accuracy, halfweights
 from inference import precision as prec
 from inference.accuracy import Tolerance, compare, load_checked, load_sample
@@ -15,7 +17,6 @@ from inference.ner import TokenClassifier
 from inference.pipeline import Pipeline
 from inference.precision import Choice, choose
 from inference.seqcls import SequenceClassifier
-from laneway.settings import DEFAULT_LABELS, PRECISIONS, Settings
 from tests.tiny_models import make_seqcls_model, make_token_model
 
 ANCHORS = Settings().score_anchors

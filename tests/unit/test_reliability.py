@@ -2,13 +2,13 @@
 
 import pytest
 
-from laneway.celery_app import (
+from core.config.settings import Settings
+from core.queueing.celery_app import (
     TRANSIENT_ERRORS,
     celery_config,
     chunk_time_limits,
     visibility_timeout,
 )
-from laneway.settings import Settings
 from tasks import app
 
 app.loader.import_default_modules()  # the task modules a worker imports (`include`)
@@ -78,7 +78,7 @@ class FakeChunk:  # the attributes a signature needs, no database
 
 
 def test_dispatched_chunks_carry_their_lanes_time_limits():
-    from laneway.dispatch import chunk_signature, chunk_task_ids
+    from core.queueing.dispatch import chunk_signature, chunk_task_ids
 
     settings = Settings.from_env({"LANEWAY_CHUNK_TIMEOUT": "30", "LANEWAY_CHUNK_TIMEOUT_GPU": "90"})
     cpu = chunk_signature(FakeChunk("run"), "cpu", settings)
@@ -94,7 +94,7 @@ def test_dispatched_chunks_carry_their_lanes_time_limits():
 
 
 def test_a_gpu_chunk_is_sent_again_from_the_stage_it_reached():
-    from laneway.dispatch import chunk_signature
+    from core.queueing.dispatch import chunk_signature
 
     settings = Settings.from_env({})
     assert chunk_signature(FakeChunk("post"), "gpu", settings).task == "laneway.post_chunk"

@@ -1,5 +1,5 @@
 """What a chunk writes for each result, made cheaper without changing it: embeddings
-rounded in one tensor operation, JSON text from orjson (laneway/jsoncodec.py)."""
+rounded in one tensor operation, JSON text from orjson (core/util/jsoncodec.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from core.util.jsoncodec import dumps
 from inference.pipeline import rounded_rows
-from laneway.jsoncodec import dumps
 
 
 def test_rounding_in_one_operation_equals_rounding_each_float():

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from laneway import safefs
+from core.util import safefs
 
 
 @pytest.fixture

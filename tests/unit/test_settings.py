@@ -1,6 +1,7 @@
 import pytest
 
-from laneway.settings import DEFAULT_LABELS, Settings, SettingsError
+from core.config.settings import Settings, SettingsError
+from core.vocab import DEFAULT_LABELS
 
 
 def test_nothing_set_means_the_embedded_default(tmp_path):
@@ -260,7 +261,7 @@ def test_interactive_settings_and_their_defaults():
     assert (s.sync_max_items, s.sync_timeout, s.cache_ttl) == (8, 0.5, 0)
     assert (s.interactive_lane, s.interactive_lanes) == ("gpu", ("gpu", "cpu"))
     # Every worker, batch or interactive, loads with this many (batch ones give one back
-    # at run time while interactive work runs: laneway/yielding.py).
+    # at run time while interactive work runs: workers/cores.py).
     assert s.torch_threads == 2
 
 
@@ -331,8 +332,8 @@ def test_malformed_monitoring_settings_name_the_variable(var, value, message):
 
 
 def test_who_stops_idle_gpu_workers_is_apart_from_the_idle_time_routing_charges():
+    from core.queueing.celery_app import celery_config
     from jobs.planner import Prices
-    from laneway.celery_app import celery_config
 
     default = Settings.from_env({})
     assert default.gpu_scale_down == "beat" and default.beat_stops_gpu_workers

@@ -1,4 +1,4 @@
-"""Start-up objects out of the garbage collector's walks (laneway/startup.py), in the
+"""Start-up objects out of the garbage collector's walks (core/config/startup.py), in the
 interactive worker and in each web worker (gunicorn's hook)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import weakref
 
 import pytest
 
+from core.config.settings import Settings
+from core.config.startup import freeze_startup_objects
 from fleet.processes import web_argv
-from laneway.settings import Settings
-from laneway.startup import freeze_startup_objects
 from webapp import gunicorn_hooks
 
 

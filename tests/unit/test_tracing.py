@@ -1,4 +1,4 @@
-"""Tracing (laneway/tracing.py): which OTEL_* settings turn it on, that off it imports and
+"""Tracing (core/obs/tracing.py): which OTEL_* settings turn it on, that off it imports and
 sets up nothing, and, on, the spans it makes (a console exporter in a child process, so
 this process's tracer provider stays unset)."""
 
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from laneway import tracing
-from laneway.interactive_protocol import Request, new_request
+from core.obs import tracing
+from core.store.interactive_protocol import Request, new_request
 
 ENDPOINT = "http://collector:4318"
 
@@ -105,7 +105,8 @@ import json, sys
 from flask import Flask
 from webapp import create_app
 import tasks.app
-from laneway import interactive_protocol as interactive, tracing
+from core.store import interactive_protocol as interactive
+from core.obs import tracing
 
 app = create_app()
 request = interactive.new_request(["embed"], [], [("1", "a text")], keep=False, account=1)
@@ -159,7 +160,8 @@ def test_asked_for_without_the_packages_it_names_the_extra(monkeypatch):
 ON = """
 import json, sys
 from opentelemetry import trace
-from laneway import interactive_protocol as interactive, tracing
+from core.store import interactive_protocol as interactive
+from core.obs import tracing
 
 assert tracing.configure("laneway-test") and tracing.configure("laneway-test")
 tracer = trace.get_tracer("test")

@@ -7,17 +7,16 @@ LANEWAY_DATABASE_URL (Postgres, psycopg 3) and LANEWAY_REDIS_URL.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, Strict, ValidationError, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -27,41 +26,28 @@ from pydantic_settings import (
 )
 from pydantic_settings.sources.utils import parse_env_vars
 
-ACCOUNT_TYPES = ("demo", "trial", "standard", "enterprise")
-LANES = ("cpu", "gpu")
-# LANEWAY_PRECISION: auto, or one of the number formats inference/precision.py loads.
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-# Each lane's interactive queue is this prefix and the lane's name.
-INTERACTIVE_PREFIX = "interactive."
-# The queues whose workers run their model on a GPU (pinned to one device).
-GPU_QUEUES = frozenset({"gpu", INTERACTIVE_PREFIX + "gpu"})
-DEFAULT_LABELS = (
-    "billing",
-    "shipping and delivery",
-    "product quality",
-    "account and login",
-    "technical problem",
-    "praise",
-    "cancellation and refund",
+from core.config import parsers as parse
+from core.config.parsers import (
+    Count,
+    Csv,
+    Lanes,
+    ModelSpec,
+    Natural,
+    Price,
+    Seconds,
+    SettingsError,
+    Switch,
+)
+from core.vocab import (
+    ACCOUNT_TYPES,
+    DEFAULT_LABELS,
+    DEFAULT_MODEL,
+    LANES,
+    MIB,
+    TASK_MODEL_KINDS,
+    TASKS,
 )
 
-
-TASKS = ("classify", "score", "extract", "embed")
-MODEL_KINDS = ("embedding", "sequence-classification", "token-classification")
-# Which model kinds can serve each task; an embedding model serves classify and score
-# zero-shot (against the job's labels, or against two anchor descriptions).
-TASK_MODEL_KINDS = {
-    "classify": ("embedding", "sequence-classification"),
-    "score": ("embedding", "sequence-classification"),
-    "extract": ("token-classification",),
-    "embed": ("embedding",),
-}
-DEFAULT_MODEL = "minilm"
-# Faults a test may inject (LANEWAY_FAULTS); production leaves it empty.
-FAULTS = ("poison", "stall")
-POISON_MARKER = "__laneway_poison__"
-STALL_MARKER = "__laneway_stall__"
-MIB = 1024 * 1024
 # The most seconds a web process may trust an API key it looked up (LANEWAY_AUTH_CACHE_SECONDS).
 AUTH_CACHE_MAX = 60.0
 
@@ -83,277 +69,7 @@ DEFAULT_ACCOUNT_LIMITS: dict[str, tuple[str, int | None, int | None]] = {
     "standard": ("1000/minute", None, None),
     "enterprise": ("5000/minute", None, None),
 }
-MIN_SECRET_KEY_CHARS = 32
 
-
-class SettingsError(ValueError):
-    """A setting is malformed; the message names the variable."""
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A registry entry: what a model is, where its files are, how long its inputs may be."""
-
-    name: str
-    kind: str
-    path: str = ""  # "" only for the packaged all-MiniLM-L6-v2
-    max_length: int = 256
-    labels: tuple[str, ...] | None = None
-
-
-def _models(name: str) -> Callable[[str], dict[str, ModelSpec]]:
-    def parse(raw: str) -> dict[str, ModelSpec]:
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise SettingsError(f"{name} must be a JSON object: {exc.msg}") from None
-        except RecursionError:  # nested deeper than the parser's stack
-            raise SettingsError(f"{name} is nested too deeply to be a model list") from None
-        if not isinstance(data, dict):
-            raise SettingsError(f"{name} must be a JSON object of model name -> entry")
-        models = {}
-        for model, entry in data.items():
-            where = f"{name}[{model!r}]"
-            if not isinstance(entry, dict):
-                raise SettingsError(f"{where} must be an object with kind and path")
-            unknown = set(entry) - {"kind", "path", "max_length", "labels"}
-            if unknown:
-                raise SettingsError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
-            kind = entry.get("kind")
-            if kind not in MODEL_KINDS:
-                raise SettingsError(f"{where}.kind must be one of {', '.join(MODEL_KINDS)}")
-            path = entry.get("path", "")
-            if not isinstance(path, str) or not path or not Path(path).is_dir():
-                raise SettingsError(f"{where}.path must be an existing model directory: {path!r}")
-            max_length = entry.get("max_length", 256)
-            if not isinstance(max_length, int) or max_length < 8:
-                raise SettingsError(f"{where}.max_length must be an integer of at least 8")
-            labels = entry.get("labels")
-            if labels is not None and (
-                not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
-            ):
-                raise SettingsError(f"{where}.labels must be a list of strings")
-            models[model] = ModelSpec(
-                model, kind, path, max_length, tuple(labels) if labels else None
-            )
-        return models
-
-    return parse
-
-
-def _csv(raw: str) -> tuple[str, ...]:
-    """The non-empty parts of a comma-separated value, stripped."""
-    return tuple(part.strip() for part in raw.split(",") if part.strip())
-
-
-def _labels(name: str) -> Callable[[str], tuple[str, ...]]:
-    def parse(raw: str) -> tuple[str, ...]:
-        labels = _csv(raw)
-        if len(labels) < 2:
-            raise SettingsError(f"{name} needs at least two comma-separated labels, got {raw!r}")
-        return labels
-
-    return parse
-
-
-def _faults(name: str) -> Callable[[str], tuple[str, ...]]:
-    def parse(raw: str) -> tuple[str, ...]:
-        faults = _csv(raw.lower())
-        unknown = [f for f in faults if f not in FAULTS]
-        if unknown:
-            raise SettingsError(
-                f"{name} names unknown faults {unknown}; known: {', '.join(FAULTS)}"
-            )
-        return faults
-
-    return parse
-
-
-def _webhook_url(name: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        url = raw.strip()
-        if not url.startswith(("http://", "https://")):
-            # Never echo the value: a webhook URL carries its secret in the path.
-            raise SettingsError(f"{name} must be an http:// or https:// URL")
-        return url
-
-    return parse
-
-
-def _devices(name: str) -> Callable[[str], tuple[str, ...]]:
-    def parse(raw: str) -> tuple[str, ...]:
-        devices = _csv(raw)
-        if not devices or not all(d.isdigit() for d in devices):
-            raise SettingsError(f"{name} must be comma-separated device numbers, got {raw!r}")
-        if len(set(devices)) != len(devices):
-            raise SettingsError(f"{name} names a device twice: {raw!r}")
-        return devices
-
-    return parse
-
-
-def _rate_limit(name: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        from limits import parse_many
-
-        value = raw.strip()
-        try:
-            parsed = parse_many(value)
-        except ValueError:
-            parsed = []
-        if not parsed:
-            raise SettingsError(
-                f"{name} must be a rate limit such as '1000/minute' or '10/second;500/hour', "
-                f"got {raw!r}"
-            )
-        return value
-
-    return parse
-
-
-def _crontab(name: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        spec = " ".join(raw.split())
-        if len(spec.split(" ")) != 5:
-            raise SettingsError(
-                f"{name} must be a crontab of five fields (minute hour day-of-month month "
-                f"day-of-week), got {raw!r}"
-            )
-        from celery.schedules import crontab
-
-        try:
-            crontab.from_string(spec)
-        except ValueError as exc:
-            raise SettingsError(f"{name} is not a valid crontab ({exc}), got {raw!r}") from None
-        return spec
-
-    return parse
-
-
-def mask_url(url: str) -> str:
-    """The URL with any password replaced by ***, fit for messages and logs."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    userinfo, at, host = rest.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"
-
-
-def _distinct(
-    name: str, what: str, known: Sequence[str], lower: bool = False
-) -> Callable[[str], tuple[str, ...]]:
-    """A comma-separated list of distinct names among `known` (`what` names them)."""
-
-    def parse(raw: str) -> tuple[str, ...]:
-        found = _csv(raw.lower() if lower else raw)
-        if not found or not set(found) <= set(known) or len(set(found)) != len(found):
-            raise SettingsError(
-                f"{name} must name distinct {what} among {', '.join(known)}, got {raw!r}"
-            )
-        return found
-
-    return parse
-
-
-def _database_url(name: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        url = raw.strip()
-        # Name the psycopg 3 driver whatever spelling the operator used.
-        for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://"):
-            if url.startswith(prefix):
-                return "postgresql+psycopg://" + url[len(prefix) :]
-        if url.startswith(("postgresql+psycopg://", "sqlite:///")):
-            return url
-        raise SettingsError(
-            f"{name} must be a postgresql:// or sqlite:/// URL, got {mask_url(url)!r}"
-        )
-
-    return parse
-
-
-def _redis_url(name: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        url = raw.strip()
-        if not url.startswith(("redis://", "rediss://", "redis+socket://")):
-            raise SettingsError(
-                f"{name} must be a redis://, rediss:// or redis+socket:// URL, "
-                f"got {mask_url(url)!r}"
-            )
-        return url
-
-    return parse
-
-
-def _parsed(parse: Callable[[str], Any]) -> BeforeValidator:
-    """Run a variable's own parser on text (the environment); leave values given in code."""
-    return BeforeValidator(lambda value: parse(value) if isinstance(value, str) else value)
-
-
-def _lower(value: Any) -> Any:
-    return value.strip().lower() if isinstance(value, str) else value
-
-
-def _stripped(value: Any) -> Any:
-    return value.strip() if isinstance(value, str) else value
-
-
-def _anchors(raw: str) -> tuple[str, str]:
-    anchors = tuple(a.strip() for a in raw.split("|"))
-    if len(anchors) != 2 or not all(anchors):
-        raise SettingsError(
-            "LANEWAY_SCORE_ANCHORS must be 'positive description|negative description'"
-        )
-    return anchors  # type: ignore[return-value]
-
-
-def _secret_key(raw: str) -> str:
-    secret = raw.strip()
-    if secret and len(secret) < MIN_SECRET_KEY_CHARS:
-        raise SettingsError(
-            f"LANEWAY_SECRET_KEY must be at least {MIN_SECRET_KEY_CHARS} characters "
-            f"(it has {len(secret)}); try: python -c 'import secrets; "
-            "print(secrets.token_urlsafe(48))'"
-        )
-    return secret
-
-
-def _not_a_variable(raw: str) -> Any:
-    raise SettingsError(
-        "LANEWAY_ACCOUNT_LIMITS is not a variable: set LANEWAY_RATE_LIMIT_<TYPE>, "
-        "LANEWAY_MAX_ITEMS_<TYPE> or LANEWAY_MAX_UPLOAD_BYTES_<TYPE>"
-    )
-
-
-def _var(name: str) -> str:
-    return f"LANEWAY_{name.upper()}"
-
-
-# The types of the variables, each once: pydantic parses and bounds them, and from_env
-# turns its errors into a sentence naming the variable.
-Count = Annotated[int, Field(ge=1)]  # at least 1
-Natural = Annotated[int, Field(ge=0)]  # at least 0
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Csv = NoDecode  # comma-separated in the environment, not JSON
-# A switch reads 1/true/yes/on or 0/false/no/off, any case, blanks around it ignored; strict
-# past that, so pydantic's own extras (t, f, y, n) are refused as they always were.
-_SWITCHES = {"1": True, "true": True, "yes": True, "on": True}
-_SWITCHES |= {"0": False, "false": False, "no": False, "off": False}
-
-
-def _switch(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SWITCHES.get(value.strip().lower(), value)
-    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
-        return bool(value)
-    return value
-
-
-Switch = Annotated[bool, Strict(), BeforeValidator(_switch)]
-Lanes = Literal["cpu", "gpu"]
 
 # Variables whose empty value means something (a task with no model, no gpu fallback);
 # any other empty or blank variable means "not set": its default applies.
@@ -392,31 +108,31 @@ class Settings(BaseSettings):
     )
 
     home: Path = Path("var")
-    database_url: Annotated[str, _parsed(_database_url("LANEWAY_DATABASE_URL"))] = ""
-    redis_url: Annotated[str, _parsed(_redis_url("LANEWAY_REDIS_URL"))] = ""
+    database_url: Annotated[str, parse.parsed(parse.database_url("LANEWAY_DATABASE_URL"))] = ""
+    redis_url: Annotated[str, parse.parsed(parse.redis_url("LANEWAY_REDIS_URL"))] = ""
     embedded_redis: bool = True  # derived: no LANEWAY_REDIS_URL
     chunk_size: Count = 256
     gpu_threshold: Natural = 500
     # "measured": route by the lanes' measured costs once both are measured (the threshold
     # until then); "threshold": always LANEWAY_GPU_THRESHOLD (a fleet whose lanes must not
     # shift with what was measured, e.g. a test run).
-    routing: Annotated[Literal["measured", "threshold"], BeforeValidator(_lower)] = "measured"
-    gpu_fallback: Annotated[Literal["", "cpu"], BeforeValidator(_lower)] = ""
-    device: Annotated[Literal["auto", "cpu", "cuda"], BeforeValidator(_lower)] = "auto"
+    routing: Annotated[Literal["measured", "threshold"], BeforeValidator(parse.lower)] = "measured"
+    gpu_fallback: Annotated[Literal["", "cpu"], BeforeValidator(parse.lower)] = ""
+    device: Annotated[Literal["auto", "cpu", "cuda"], BeforeValidator(parse.lower)] = "auto"
     batch_size: Count = 32
     torch_threads: Count = Field(default_factory=lambda: os.cpu_count() or 1)
     worker_concurrency: Count = 1
-    model_path: Annotated[str, BeforeValidator(_stripped)] = ""
+    model_path: Annotated[str, BeforeValidator(parse.stripped)] = ""
     max_length: Annotated[int, Field(ge=8)] = 256
-    default_labels: Annotated[tuple[str, ...], Csv, _parsed(_labels("LANEWAY_DEFAULT_LABELS"))] = (
-        DEFAULT_LABELS
-    )
+    default_labels: Annotated[
+        tuple[str, ...], Csv, parse.parsed(parse.labels("LANEWAY_DEFAULT_LABELS"))
+    ] = DEFAULT_LABELS
     max_items: Count = 100_000
     max_text_chars: Count = 20_000
     max_upload_bytes: Count = 64 * MIB
     # Lines in a row without an item a file may hold (a gzip file of newlines is refused).
     max_blank_lines: Count = 10_000
-    web_host: Annotated[str, BeforeValidator(_stripped)] = "127.0.0.1"
+    web_host: Annotated[str, BeforeValidator(parse.stripped)] = "127.0.0.1"
     web_port: Count = 8000
     web_workers: Count = 2
     reconcile_interval: Count = 30
@@ -432,34 +148,36 @@ class Settings(BaseSettings):
     lane_limit_cpu: Count = 2000
     lane_limit_gpu: Count = 2000
     hold_limit: Natural = 2_000_000
-    alert_webhook_url: Annotated[str, _parsed(_webhook_url("LANEWAY_ALERT_WEBHOOK_URL"))] = Field(
-        default="", repr=False
-    )
+    alert_webhook_url: Annotated[
+        str, parse.parsed(parse.webhook_url("LANEWAY_ALERT_WEBHOOK_URL"))
+    ] = Field(default="", repr=False)
     alert_depth: Count = 1000
     alert_interval: Count = 300
-    faults: Annotated[tuple[str, ...], Csv, _parsed(_faults("LANEWAY_FAULTS"))] = ()
+    faults: Annotated[tuple[str, ...], Csv, parse.parsed(parse.faults("LANEWAY_FAULTS"))] = ()
     # The gpu lane's elasticity: devices (empty: every CUDA device found), the idle time
     # after which a gpu worker is stopped (0: never) and who stops it: beat, or something
     # outside (KEDA's cool-down, or nothing where compose keeps it up); routing charges
     # that idle time to a job that starts gpu workers either way. Then the cpu workers the
     # fleet keeps up per machine.
-    gpu_devices: Annotated[tuple[str, ...], Csv, _parsed(_devices("LANEWAY_GPU_DEVICES"))] = ()
+    gpu_devices: Annotated[
+        tuple[str, ...], Csv, parse.parsed(parse.devices("LANEWAY_GPU_DEVICES"))
+    ] = ()
     gpu_idle_timeout: Natural = 300
-    gpu_scale_down: Annotated[Literal["beat", "external"], BeforeValidator(_lower)] = "beat"
+    gpu_scale_down: Annotated[Literal["beat", "external"], BeforeValidator(parse.lower)] = "beat"
     cpu_workers: Natural = 1
     # Seconds within which each account type expects a batch job done (cost routing).
     deadline_standard: Count = 900
     deadline_enterprise: Count = 8 * 3600
     # The model registry (LANEWAY_MODELS, JSON) beside the packaged `minilm`, and the model
     # each task runs (LANEWAY_<TASK>_MODEL; extract may have none: patterns only).
-    models: Annotated[dict[str, ModelSpec], NoDecode, _parsed(_models("LANEWAY_MODELS"))] = Field(
-        default_factory=dict
-    )
-    classify_model: Annotated[str, BeforeValidator(_stripped)] = DEFAULT_MODEL
-    score_model: Annotated[str, BeforeValidator(_stripped)] = DEFAULT_MODEL
-    extract_model: Annotated[str, BeforeValidator(_stripped)] = ""
-    embed_model: Annotated[str, BeforeValidator(_stripped)] = DEFAULT_MODEL
-    score_anchors: Annotated[tuple[str, str], NoDecode, _parsed(_anchors)] = (
+    models: Annotated[
+        dict[str, ModelSpec], NoDecode, parse.parsed(parse.models("LANEWAY_MODELS"))
+    ] = Field(default_factory=dict)
+    classify_model: Annotated[str, BeforeValidator(parse.stripped)] = DEFAULT_MODEL
+    score_model: Annotated[str, BeforeValidator(parse.stripped)] = DEFAULT_MODEL
+    extract_model: Annotated[str, BeforeValidator(parse.stripped)] = ""
+    embed_model: Annotated[str, BeforeValidator(parse.stripped)] = DEFAULT_MODEL
+    score_anchors: Annotated[tuple[str, str], NoDecode, parse.parsed(parse.anchors)] = (
         "a positive, happy, satisfied message",
         "a negative, angry, disappointed complaint",
     )
@@ -468,23 +186,29 @@ class Settings(BaseSettings):
     # The model's number format (inference/precision.py): auto is fp16 on CUDA, bf16 on a
     # CPU with native bf16, fp16 weights on another AVX2 CPU, else fp32.
     # LANEWAY_CUDA_HALF=false (deprecated) makes auto fp32 on CUDA.
-    precision: Annotated[Literal["auto", "fp32", "bf16", "fp16"], BeforeValidator(_lower)] = "auto"
+    precision: Annotated[Literal["auto", "fp32", "bf16", "fp16"], BeforeValidator(parse.lower)] = (
+        "auto"
+    )
     cuda_half: Switch = True
     # What runs a batch of one text alone in an interactive worker (inference/lone.py): auto
     # is ONNX Runtime on a CPU in fp32 or fp16 weights where it is installed, else torch.
-    lone_runtime: Annotated[Literal["auto", "torch", "onnxruntime"], BeforeValidator(_lower)] = (
-        "auto"
-    )
+    lone_runtime: Annotated[
+        Literal["auto", "torch", "onnxruntime"], BeforeValidator(parse.lower)
+    ] = "auto"
     # Each account type's requests per window, items per job and bytes per request
     # (LANEWAY_RATE_LIMIT_<TYPE>, LANEWAY_MAX_ITEMS_<TYPE>, LANEWAY_MAX_UPLOAD_BYTES_<TYPE>;
     # unset: DEFAULT_ACCOUNT_LIMITS), none above the fleet-wide ceilings; limits_for reads them.
-    rate_limit_demo: Annotated[str | None, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_DEMO"))] = None
-    rate_limit_trial: Annotated[str | None, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_TRIAL"))] = None
+    rate_limit_demo: Annotated[
+        str | None, parse.parsed(parse.rate_limit("LANEWAY_RATE_LIMIT_DEMO"))
+    ] = None
+    rate_limit_trial: Annotated[
+        str | None, parse.parsed(parse.rate_limit("LANEWAY_RATE_LIMIT_TRIAL"))
+    ] = None
     rate_limit_standard: Annotated[
-        str | None, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_STANDARD"))
+        str | None, parse.parsed(parse.rate_limit("LANEWAY_RATE_LIMIT_STANDARD"))
     ] = None
     rate_limit_enterprise: Annotated[
-        str | None, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_ENTERPRISE"))
+        str | None, parse.parsed(parse.rate_limit("LANEWAY_RATE_LIMIT_ENTERPRISE"))
     ] = None
     max_items_demo: Count | None = None
     max_items_trial: Count | None = None
@@ -495,14 +219,14 @@ class Settings(BaseSettings):
     max_upload_bytes_standard: Count | None = None
     max_upload_bytes_enterprise: Count | None = None
     # Derived from the twelve above (a test may give it whole); never a variable itself.
-    account_limits: Annotated[dict[str, AccountLimits], NoDecode, _parsed(_not_a_variable)] = Field(
-        default_factory=dict, repr=False
-    )
-    anonymous_rate_limit: Annotated[str, _parsed(_rate_limit("LANEWAY_RATE_LIMIT_ANONYMOUS"))] = (
-        Field(default="120/minute", validation_alias="LANEWAY_RATE_LIMIT_ANONYMOUS")
-    )
+    account_limits: Annotated[
+        dict[str, AccountLimits], NoDecode, parse.parsed(parse.not_a_variable)
+    ] = Field(default_factory=dict, repr=False)
+    anonymous_rate_limit: Annotated[
+        str, parse.parsed(parse.rate_limit("LANEWAY_RATE_LIMIT_ANONYMOUS"))
+    ] = Field(default="120/minute", validation_alias="LANEWAY_RATE_LIMIT_ANONYMOUS")
     # "" means generate one under LANEWAY_HOME on first use (webapp.security.secret_key).
-    secret_key: Annotated[str, _parsed(_secret_key)] = Field(default="", repr=False)
+    secret_key: Annotated[str, parse.parsed(parse.secret_key)] = Field(default="", repr=False)
     secure_cookies: Switch = True
     # Seconds a web sign-in lasts, however active (webapp/sessions.py); sign-out ends it sooner.
     session_lifetime: Annotated[int, Field(ge=60)] = 12 * 3600
@@ -519,13 +243,15 @@ class Settings(BaseSettings):
     embeddings_max_inputs: Count = 2048
     # Where the web app sends interactive requests: `auto` is the gpu lane's interactive
     # queue while a live worker serves it, else the cpu lane's.
-    interactive_lane: Annotated[Literal["auto", "cpu", "gpu"], BeforeValidator(_lower)] = "auto"
+    interactive_lane: Annotated[Literal["auto", "cpu", "gpu"], BeforeValidator(parse.lower)] = (
+        "auto"
+    )
     # The lanes `laneway fleet` keeps an interactive worker for; () is cpu, plus gpu on a
     # machine with a CUDA device.
     interactive_lanes: Annotated[
         tuple[Lanes, ...],
         Csv,
-        _parsed(_distinct("LANEWAY_INTERACTIVE_LANES", "lanes", LANES, lower=True)),
+        parse.parsed(parse.distinct("LANEWAY_INTERACTIVE_LANES", "lanes", LANES, lower=True)),
     ] = ()
     interactive_threads: Count = 32
     # Batches the interactive worker runs side by side (None: one per core on a CPU, one
@@ -534,11 +260,11 @@ class Settings(BaseSettings):
     batch_max: Count = 64
     batch_wait_ms: Seconds = 50.0
     cache_ttl: Natural = 300
-    # The result cache is per account unless an operator shares it (laneway/cache.py).
+    # The result cache is per account unless an operator shares it (core/store/cache.py).
     cache_shared: Switch = False
     batch_nice: Annotated[int, Field(ge=0, le=19)] = 10  # a niceness
     # The longest a cpu-lane batch worker waits, before each micro-batch, while an
-    # interactive worker on its host is busy (laneway/yielding.py); 0: it never waits.
+    # interactive worker on its host is busy (workers/cores.py); 0: it never waits.
     batch_yield_max: Seconds = 2.0
     web_threads: Count = 32
     # Monitoring: Prometheus at /metrics (off: 404), Flower's port, task cap and the link
@@ -546,18 +272,20 @@ class Settings(BaseSettings):
     metrics: Switch = True
     flower_port: Count = 5555
     flower_max_tasks: Count = 10_000
-    flower_url: Annotated[str, _parsed(_webhook_url("LANEWAY_FLOWER_URL"))] = ""
+    flower_url: Annotated[str, parse.parsed(parse.webhook_url("LANEWAY_FLOWER_URL"))] = ""
     # The nightly inbox: folders (default under LANEWAY_HOME), schedule (crontab, UTC), how
     # long a file must rest unchanged, its limits, and the tasks its jobs run.
     inbox_dir: Path | None = None
     outbox_dir: Path | None = None
-    inbox_schedule: Annotated[str, _parsed(_crontab("LANEWAY_INBOX_SCHEDULE"))] = "0 2 * * *"
+    inbox_schedule: Annotated[str, parse.parsed(parse.crontab("LANEWAY_INBOX_SCHEDULE"))] = (
+        "0 2 * * *"
+    )
     inbox_settle: Natural = 60
     inbox_max_items: Count = 5_000_000
     # Bytes per inbox file, counted inflated for a gzip file.
     inbox_max_bytes: Count = 4 * 1024 * MIB
     inbox_tasks: Annotated[
-        tuple[str, ...], Csv, _parsed(_distinct("LANEWAY_INBOX_TASKS", "tasks", TASKS))
+        tuple[str, ...], Csv, parse.parsed(parse.distinct("LANEWAY_INBOX_TASKS", "tasks", TASKS))
     ] = ("classify",)
 
     @classmethod
@@ -593,7 +321,9 @@ class Settings(BaseSettings):
         for attr, default in (("inbox_dir", "inbox"), ("outbox_dir", "outbox")):
             folder = (getattr(self, attr) or home / default).resolve()
             if folder.exists() and not folder.is_dir():
-                raise SettingsError(f"{_var(attr)} must be a folder, got a file: {str(folder)!r}")
+                raise SettingsError(
+                    f"{parse.var(attr)} must be a folder, got a file: {str(folder)!r}"
+                )
             folders[attr] = folder
         if self.model_path and not Path(self.model_path).is_dir():
             raise SettingsError(
@@ -624,7 +354,7 @@ class Settings(BaseSettings):
                 value = getattr(self, f"{what}_{type_}")
                 if value is not None and value > ceiling:
                     raise SettingsError(
-                        f"{_var(what)}_{type_.upper()} ({value}) is above {_var(what)} "
+                        f"{parse.var(what)}_{type_.upper()} ({value}) is above {parse.var(what)} "
                         f"({ceiling}), the ceiling for every account"
                     )
         derived = {
@@ -657,7 +387,7 @@ class Settings(BaseSettings):
     def variables(cls) -> list[str]:
         """Every LANEWAY_ variable read (docs/configuration.md documents each)."""
         return [
-            field.validation_alias if isinstance(field.validation_alias, str) else _var(name)
+            field.validation_alias if isinstance(field.validation_alias, str) else parse.var(name)
             for name, field in cls.model_fields.items()
             if name not in DERIVED
         ]
@@ -773,7 +503,7 @@ def _named(exc: ValidationError) -> SettingsError:
         return cause
     loc = [str(part) for part in error["loc"]]
     field = loc[0] if loc else ""
-    var = field if field.startswith("LANEWAY_") else _var(field)
+    var = field if field.startswith("LANEWAY_") else parse.var(field)
     ctx = dict(error.get("ctx") or {})
     if error["type"] == "literal_error":
         ctx["choices"] = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))

@@ -31,8 +31,8 @@ from typing import Any
 
 import redis
 
-from laneway import tracing
-from laneway.jsoncodec import dumps_bytes, loads
+from core.obs import tracing
+from core.util.jsoncodec import dumps_bytes, loads
 
 log = logging.getLogger(__name__)
 TASK_NAME = "laneway.interactive"
@@ -74,7 +74,7 @@ class Request:
     sent: float = 0.0  # when the web app sent it (time.time()), for the stage timings
     account: int | None = None  # whose result cache entries it reads and fills (None: none)
     # The caller's span context (W3C headers) when tracing is on: requests share messages
-    # and batches, so each carries its own (laneway/tracing.py).
+    # and batches, so each carries its own (core/obs/tracing.py).
     trace: dict[str, str] | None = None
     # time.time() after which nobody waits for the answer (the caller stored the request as
     # a job): a worker drops it. None: the asynchronous pair, kept until answered.

@@ -12,10 +12,10 @@ import logging
 
 import redis
 
-from laneway.celery_app import sending_app
-from laneway.redis_conn import redis_client
-from laneway.result_backend import fire_and_forget
-from laneway.settings import Settings, get_settings
+from core.config.settings import Settings, get_settings
+from core.queueing.celery_app import sending_app
+from core.queueing.result_backend import fire_and_forget
+from core.store.redis_conn import redis_client
 
 log = logging.getLogger(__name__)
 SEND_ALERT = "laneway.send_alert"

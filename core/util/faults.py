@@ -7,9 +7,10 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from laneway.settings import POISON_MARKER, STALL_MARKER, Settings
+from core.config.settings import Settings
+from core.vocab import POISON_MARKER, STALL_MARKER
 
-log = logging.getLogger("laneway.faults")
+log = logging.getLogger("core.util.faults")
 
 
 class PoisonError(RuntimeError):

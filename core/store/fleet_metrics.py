@@ -17,10 +17,11 @@ from pathlib import Path
 
 import redis
 
-# From laneway.metrics, which picks the multiprocess folder before prometheus_client loads.
-from laneway.metrics import GaugeMetricFamily
-from laneway.redis_conn import redis_client
-from laneway.settings import Settings
+from core.config.settings import Settings
+
+# From core.obs.metrics, which picks the multiprocess folder before prometheus_client loads.
+from core.obs.metrics import GaugeMetricFamily
+from core.store.redis_conn import redis_client
 
 log = logging.getLogger(__name__)
 

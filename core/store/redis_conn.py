@@ -12,7 +12,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from laneway.settings import Settings
+from core.config.settings import Settings
 
 log = logging.getLogger(__name__)
 

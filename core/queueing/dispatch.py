@@ -1,7 +1,7 @@
 """Send a job's work: a chord of chunk tasks on the lane's queue, then the aggregate callback.
 
 Tasks are named, not imported: a web process sends chunks without importing torch. They go
-through the Celery app the process's entry room built (laneway.celery_app.sending_app).
+through the Celery app the process's entry room built (core.queueing.celery_app.sending_app).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 from celery import chain, chord, signature
 
-from laneway.celery_app import app_settings, chunk_time_limits, sending_app
-from laneway.result_backend import fire_and_forget
-from laneway.settings import Settings, get_settings
+from core.config.settings import Settings, get_settings
+from core.queueing.celery_app import app_settings, chunk_time_limits, sending_app
+from core.queueing.result_backend import fire_and_forget
 
 GPU_STAGES = ("prep", "model", "post")
 STAGE_QUEUE = {"run": "cpu", "prep": "cpu", "model": "gpu", "post": "cpu"}

@@ -4,7 +4,7 @@ Kombu's Redis transport keeps a queue's waiting messages in lists (one per prior
 and every delivered but unacknowledged message (prefetched, reserved or running: Laneway
 acks late) in the `unacked` hash, with its delivery time in `unacked_index`. A bare list
 length misses the second part, so depth counts both. An interactive queue's depth also
-counts the requests waiting on its lane's request list (laneway/interactive_protocol.py).
+counts the requests waiting on its lane's request list (core/store/interactive_protocol.py).
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any
 
 import redis
 
-from laneway.celery_app import QUEUES
-from laneway.interactive_protocol import requests_key
-from laneway.redis_conn import redis_client
-from laneway.settings import INTERACTIVE_PREFIX, Settings
+from core.config.settings import Settings
+from core.queueing.celery_app import QUEUES
+from core.store.interactive_protocol import requests_key
+from core.store.redis_conn import redis_client
+from core.vocab import INTERACTIVE_PREFIX
 
 # kombu.transport.redis: Channel.sep, PRIORITY_STEPS, unacked_key, unacked_index_key.
 PRIORITY_SEP = "\x06\x16"

@@ -23,9 +23,10 @@ from celery import Celery, Task, current_app
 from celery.schedules import crontab
 from kombu import Queue
 
-from laneway.logsafe import install_redaction
-from laneway.result_backend import backend_url
-from laneway.settings import INTERACTIVE_PREFIX, LANES, Settings, get_settings
+from core.config.settings import Settings, get_settings
+from core.obs.logsafe import install_redaction
+from core.queueing.result_backend import backend_url
+from core.vocab import INTERACTIVE_PREFIX, LANES
 
 APP_NAME = "laneway"
 

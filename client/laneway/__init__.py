@@ -1,4 +1,4 @@
-"""Laneway: a Celery worker fleet for NLP inference."""
+"""The Python client of Laneway's HTTP API; it needs httpx and nothing of the server."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from laneway.client import Backoff, Client, LanewayError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["Backoff", "Client", "LanewayError"]
 
 
 def __getattr__(name: str) -> Any:
-    # Imported on first use: workers import `laneway` and need no HTTP client.
+    # Imported on first use: `import laneway` stays cheap for a caller that only reads the version.
     if name in __all__:
         from laneway import client
 

@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from laneway.broker import queue_depths
-from laneway.settings import Settings, get_settings
+from core.config.settings import Settings, get_settings
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -153,16 +152,6 @@ def queue_families(depths: Mapping[str, Mapping[str, int]]) -> list[GaugeMetricF
         for field, family in families.items():
             family.add_metric([queue], depth[field])
     return list(families.values())
-
-
-class QueueCollector:
-    """The broker's queues, read at scrape time (a gauge file would go stale)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def collect(self) -> Iterator[Any]:
-        yield from queue_families(queue_depths(self.settings))
 
 
 def _alive(pid: int) -> bool:

@@ -24,9 +24,9 @@ from typing import Any
 
 import redis
 
-from laneway.jsoncodec import dumps
-from laneway.redis_conn import redis_client
-from laneway.settings import Settings
+from core.config.settings import Settings
+from core.store.redis_conn import redis_client
+from core.util.jsoncodec import dumps
 
 log = logging.getLogger(__name__)
 PREFIX = "laneway:cache:"

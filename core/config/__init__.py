@@ -1,0 +1,1 @@
+"""Settings: one object read from the LANEWAY_* environment in one place, and start-up."""

@@ -1,0 +1,288 @@
+"""Parsers and validators of single LANEWAY_* variables, used by the Settings fields
+(core/config/settings.py): each turns the raw text into its value or raises a
+SettingsError that names the variable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, Strict
+from pydantic_settings import NoDecode
+
+from core.vocab import FAULTS, MODEL_KINDS
+
+MIN_SECRET_KEY_CHARS = 32
+
+
+class SettingsError(ValueError):
+    """A setting is malformed; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registry entry: what a model is, where its files are, how long its inputs may be."""
+
+    name: str
+    kind: str
+    path: str = ""  # "" only for the packaged all-MiniLM-L6-v2
+    max_length: int = 256
+    labels: tuple[str, ...] | None = None
+
+
+def models(name: str) -> Callable[[str], dict[str, ModelSpec]]:
+    def parse(raw: str) -> dict[str, ModelSpec]:
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise SettingsError(f"{name} must be a JSON object: {exc.msg}") from None
+        except RecursionError:  # nested deeper than the parser's stack
+            raise SettingsError(f"{name} is nested too deeply to be a model list") from None
+        if not isinstance(data, dict):
+            raise SettingsError(f"{name} must be a JSON object of model name -> entry")
+        models = {}
+        for model, entry in data.items():
+            where = f"{name}[{model!r}]"
+            if not isinstance(entry, dict):
+                raise SettingsError(f"{where} must be an object with kind and path")
+            unknown = set(entry) - {"kind", "path", "max_length", "labels"}
+            if unknown:
+                raise SettingsError(f"{where} has unknown keys: {', '.join(sorted(unknown))}")
+            kind = entry.get("kind")
+            if kind not in MODEL_KINDS:
+                raise SettingsError(f"{where}.kind must be one of {', '.join(MODEL_KINDS)}")
+            path = entry.get("path", "")
+            if not isinstance(path, str) or not path or not Path(path).is_dir():
+                raise SettingsError(f"{where}.path must be an existing model directory: {path!r}")
+            max_length = entry.get("max_length", 256)
+            if not isinstance(max_length, int) or max_length < 8:
+                raise SettingsError(f"{where}.max_length must be an integer of at least 8")
+            labels = entry.get("labels")
+            if labels is not None and (
+                not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
+            ):
+                raise SettingsError(f"{where}.labels must be a list of strings")
+            models[model] = ModelSpec(
+                model, kind, path, max_length, tuple(labels) if labels else None
+            )
+        return models
+
+    return parse
+
+
+def csv(raw: str) -> tuple[str, ...]:
+    """The non-empty parts of a comma-separated value, stripped."""
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def labels(name: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        labels = csv(raw)
+        if len(labels) < 2:
+            raise SettingsError(f"{name} needs at least two comma-separated labels, got {raw!r}")
+        return labels
+
+    return parse
+
+
+def faults(name: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        faults = csv(raw.lower())
+        unknown = [f for f in faults if f not in FAULTS]
+        if unknown:
+            raise SettingsError(
+                f"{name} names unknown faults {unknown}; known: {', '.join(FAULTS)}"
+            )
+        return faults
+
+    return parse
+
+
+def webhook_url(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        url = raw.strip()
+        if not url.startswith(("http://", "https://")):
+            # Never echo the value: a webhook URL carries its secret in the path.
+            raise SettingsError(f"{name} must be an http:// or https:// URL")
+        return url
+
+    return parse
+
+
+def devices(name: str) -> Callable[[str], tuple[str, ...]]:
+    def parse(raw: str) -> tuple[str, ...]:
+        devices = csv(raw)
+        if not devices or not all(d.isdigit() for d in devices):
+            raise SettingsError(f"{name} must be comma-separated device numbers, got {raw!r}")
+        if len(set(devices)) != len(devices):
+            raise SettingsError(f"{name} names a device twice: {raw!r}")
+        return devices
+
+    return parse
+
+
+def rate_limit(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        from limits import parse_many
+
+        value = raw.strip()
+        try:
+            parsed = parse_many(value)
+        except ValueError:
+            parsed = []
+        if not parsed:
+            raise SettingsError(
+                f"{name} must be a rate limit such as '1000/minute' or '10/second;500/hour', "
+                f"got {raw!r}"
+            )
+        return value
+
+    return parse
+
+
+def crontab(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        spec = " ".join(raw.split())
+        if len(spec.split(" ")) != 5:
+            raise SettingsError(
+                f"{name} must be a crontab of five fields (minute hour day-of-month month "
+                f"day-of-week), got {raw!r}"
+            )
+        from celery.schedules import crontab
+
+        try:
+            crontab.from_string(spec)
+        except ValueError as exc:
+            raise SettingsError(f"{name} is not a valid crontab ({exc}), got {raw!r}") from None
+        return spec
+
+    return parse
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***, fit for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    userinfo, at, host = rest.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
+
+
+def distinct(
+    name: str, what: str, known: Sequence[str], lower: bool = False
+) -> Callable[[str], tuple[str, ...]]:
+    """A comma-separated list of distinct names among `known` (`what` names them)."""
+
+    def parse(raw: str) -> tuple[str, ...]:
+        found = csv(raw.lower() if lower else raw)
+        if not found or not set(found) <= set(known) or len(set(found)) != len(found):
+            raise SettingsError(
+                f"{name} must name distinct {what} among {', '.join(known)}, got {raw!r}"
+            )
+        return found
+
+    return parse
+
+
+def database_url(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        url = raw.strip()
+        # Name the psycopg 3 driver whatever spelling the operator used.
+        for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://"):
+            if url.startswith(prefix):
+                return "postgresql+psycopg://" + url[len(prefix) :]
+        if url.startswith(("postgresql+psycopg://", "sqlite:///")):
+            return url
+        raise SettingsError(
+            f"{name} must be a postgresql:// or sqlite:/// URL, got {mask_url(url)!r}"
+        )
+
+    return parse
+
+
+def redis_url(name: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        url = raw.strip()
+        if not url.startswith(("redis://", "rediss://", "redis+socket://")):
+            raise SettingsError(
+                f"{name} must be a redis://, rediss:// or redis+socket:// URL, "
+                f"got {mask_url(url)!r}"
+            )
+        return url
+
+    return parse
+
+
+def parsed(parse: Callable[[str], Any]) -> BeforeValidator:
+    """Run a variable's own parser on text (the environment); leave values given in code."""
+    return BeforeValidator(lambda value: parse(value) if isinstance(value, str) else value)
+
+
+def lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def stripped(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def anchors(raw: str) -> tuple[str, str]:
+    anchors = tuple(a.strip() for a in raw.split("|"))
+    if len(anchors) != 2 or not all(anchors):
+        raise SettingsError(
+            "LANEWAY_SCORE_ANCHORS must be 'positive description|negative description'"
+        )
+    return anchors  # type: ignore[return-value]
+
+
+def secret_key(raw: str) -> str:
+    secret = raw.strip()
+    if secret and len(secret) < MIN_SECRET_KEY_CHARS:
+        raise SettingsError(
+            f"LANEWAY_SECRET_KEY must be at least {MIN_SECRET_KEY_CHARS} characters "
+            f"(it has {len(secret)}); try: python -c 'import secrets; "
+            "print(secrets.token_urlsafe(48))'"
+        )
+    return secret
+
+
+def not_a_variable(raw: str) -> Any:
+    raise SettingsError(
+        "LANEWAY_ACCOUNT_LIMITS is not a variable: set LANEWAY_RATE_LIMIT_<TYPE>, "
+        "LANEWAY_MAX_ITEMS_<TYPE> or LANEWAY_MAX_UPLOAD_BYTES_<TYPE>"
+    )
+
+
+def var(name: str) -> str:
+    return f"LANEWAY_{name.upper()}"
+
+
+# The types of the variables, each once: pydantic parses and bounds them, and from_env
+# turns its errors into a sentence naming the variable.
+Count = Annotated[int, Field(ge=1)]  # at least 1
+Natural = Annotated[int, Field(ge=0)]  # at least 0
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Csv = NoDecode  # comma-separated in the environment, not JSON
+# A switch reads 1/true/yes/on or 0/false/no/off, any case, blanks around it ignored; strict
+# past that, so pydantic's own extras (t, f, y, n) are refused as they always were.
+SWITCHES = {"1": True, "true": True, "yes": True, "on": True}
+SWITCHES |= {"0": False, "false": False, "no": False, "off": False}
+
+
+def switch(value: Any) -> Any:
+    if isinstance(value, str):
+        return SWITCHES.get(value.strip().lower(), value)
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    return value
+
+
+Switch = Annotated[bool, Strict(), BeforeValidator(switch)]
+Lanes = Literal["cpu", "gpu"]

@@ -1,0 +1,2 @@
+"""Pure helpers that know no Celery, Flask or database: failure isolation, safe file
+access, JSON budgets and encoding, prices, webhooks, injected faults."""
