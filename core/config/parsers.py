@@ -5,12 +5,13 @@ SettingsError that names the variable."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, Strict
+from pydantic import BeforeValidator, Field, Strict, ValidationError
 from pydantic_settings import NoDecode
 
 from core.vocab import FAULTS, MODEL_KINDS
@@ -286,3 +287,52 @@ def switch(value: Any) -> Any:
 
 Switch = Annotated[bool, Strict(), BeforeValidator(switch)]
 Lanes = Literal["cpu", "gpu"]
+
+
+# How pydantic's errors read, with the variable named first.
+_MESSAGES = {
+    "int_parsing": "must be an integer, got {input!r}",
+    "int_from_float": "must be an integer, got {input!r}",
+    "int_type": "must be an integer, got {input!r}",
+    "float_parsing": "must be a number, got {input!r}",
+    "finite_number": "must be a number, got {input!r}",
+    "bool_parsing": "must be true or false, got {input!r}",
+    "bool_type": "must be true or false, got {input!r}",
+    "greater_than_equal": "must be at least {ge}, got {input}",
+    "less_than_equal": "must be at most {le}, got {input}",
+    "literal_error": "must be one of {choices}, got {input!r}",
+}
+# A variable whose bound reads better in its own words.
+_FIELD_MESSAGES = {
+    ("batch_nice", "less_than_equal"): "must be a niceness from 0 to 19, got {input}"
+}
+
+
+def _as_number(raw: Any, bound: Any) -> Any:
+    """The number an out-of-bounds variable was read as (` 42 ` as 42, `1e2` as 100.0)."""
+    try:
+        return float(raw) if isinstance(bound, float) else int(raw)
+    except (TypeError, ValueError):
+        return raw
+
+
+def named(exc: ValidationError) -> SettingsError:
+    """The first error as a sentence naming the variable (never echoing a secret: only
+    plain numbers, switches and choices are quoted)."""
+    error = exc.errors(include_url=False)[0]
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, SettingsError):
+        return cause
+    loc = [str(part) for part in error["loc"]]
+    field = loc[0] if loc else ""
+    name = field if field.startswith("LANEWAY_") else var(field)
+    ctx = dict(error.get("ctx") or {})
+    if error["type"] == "literal_error":
+        ctx["choices"] = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+    value = error.get("input")
+    if error["type"] in ("greater_than_equal", "less_than_equal"):
+        value = _as_number(value, ctx.get("ge", ctx.get("le")))
+    template = _FIELD_MESSAGES.get((field, error["type"])) or _MESSAGES.get(error["type"])
+    if template is None:
+        return SettingsError(f"{name}: {error['msg']}")
+    return SettingsError(f"{name} " + template.format(input=value, **ctx))

@@ -8,7 +8,6 @@ LANEWAY_DATABASE_URL (Postgres, psycopg 3) and LANEWAY_REDIS_URL.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -379,7 +378,7 @@ class Settings(BaseSettings):
         try:
             return cls()
         except ValidationError as exc:
-            raise _named(exc) from None
+            raise parse.named(exc) from None
         finally:
             _ENVIRON.reset(token)
 
@@ -465,55 +464,6 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
-
-
-# How pydantic's errors read, with the variable named first.
-_MESSAGES = {
-    "int_parsing": "must be an integer, got {input!r}",
-    "int_from_float": "must be an integer, got {input!r}",
-    "int_type": "must be an integer, got {input!r}",
-    "float_parsing": "must be a number, got {input!r}",
-    "finite_number": "must be a number, got {input!r}",
-    "bool_parsing": "must be true or false, got {input!r}",
-    "bool_type": "must be true or false, got {input!r}",
-    "greater_than_equal": "must be at least {ge}, got {input}",
-    "less_than_equal": "must be at most {le}, got {input}",
-    "literal_error": "must be one of {choices}, got {input!r}",
-}
-# A variable whose bound reads better in its own words.
-_FIELD_MESSAGES = {
-    ("batch_nice", "less_than_equal"): "must be a niceness from 0 to 19, got {input}"
-}
-
-
-def _as_number(raw: Any, bound: Any) -> Any:
-    """The number an out-of-bounds variable was read as (` 42 ` as 42, `1e2` as 100.0)."""
-    try:
-        return float(raw) if isinstance(bound, float) else int(raw)
-    except (TypeError, ValueError):
-        return raw
-
-
-def _named(exc: ValidationError) -> SettingsError:
-    """The first error as a sentence naming the variable (never echoing a secret: only
-    plain numbers, switches and choices are quoted)."""
-    error = exc.errors(include_url=False)[0]
-    cause = (error.get("ctx") or {}).get("error")
-    if isinstance(cause, SettingsError):
-        return cause
-    loc = [str(part) for part in error["loc"]]
-    field = loc[0] if loc else ""
-    var = field if field.startswith("LANEWAY_") else parse.var(field)
-    ctx = dict(error.get("ctx") or {})
-    if error["type"] == "literal_error":
-        ctx["choices"] = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
-    value = error.get("input")
-    if error["type"] in ("greater_than_equal", "less_than_equal"):
-        value = _as_number(value, ctx.get("ge", ctx.get("le")))
-    template = _FIELD_MESSAGES.get((field, error["type"])) or _MESSAGES.get(error["type"])
-    if template is None:
-        return SettingsError(f"{var}: {error['msg']}")
-    return SettingsError(f"{var} " + template.format(input=value, **ctx))
 
 
 @lru_cache(maxsize=1)
