@@ -5,8 +5,8 @@
 - `store`: the structures kept in Redis (the connection, the result cache, usage, the
   interactive protocol, the fleet's marks).
 - `obs`: metrics, traces and log redaction.
-- `util`: pure helpers (failure isolation, safe file access, JSON budgets and encoding,
-  prices, webhooks, injected faults).
+- `util`: pure helpers (failure isolation, safe file access, JSON encoding, prices,
+  webhooks, injected faults).
 
 `core.vocab` holds the names every room shares. Nothing here imports a room above it.
 """

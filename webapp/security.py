@@ -17,10 +17,10 @@ from flask_wtf.csrf import CSRFProtect
 
 from core.config.settings import Settings
 from core.store.redis_conn import client_url
-from core.util.jsonbudget import too_costly
 from webapp import ratelimit_storage
 from webapp.auth import BEARER_BLUEPRINTS, identify
 from webapp.errors import error_response
+from webapp.jsonbudget import too_costly
 
 # Nothing from other origins: no CDN, no inline script or style, no framing by anyone.
 CONTENT_SECURITY_POLICY = (
@@ -160,7 +160,7 @@ def _refuse_nameless_parts() -> None:
 
 def _refuse_costly_json() -> Response | None:
     """413 for a JSON body shaped to cost far more memory to parse than its size
-    (core/util/jsonbudget.py), before anything parses it; only for a caller with an account
+    (webapp/jsonbudget.py), before anything parses it; only for a caller with an account
     (the view answers others 401 without reading the body)."""
     if request.method not in ("POST", "PUT", "PATCH", "DELETE") or g.get("account") is None:
         return None

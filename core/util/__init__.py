@@ -1,2 +1,2 @@
 """Pure helpers that know no Celery, Flask or database: failure isolation, safe file
-access, JSON budgets and encoding, prices, webhooks, injected faults."""
+access, JSON encoding, prices, webhooks, injected faults."""

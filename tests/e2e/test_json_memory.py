@@ -1,6 +1,6 @@
 """A JSON body within the size limit but shaped to be expensive (millions of tiny arrays or
 objects) is refused before it is parsed; one that is parsed stays within the stated bound
-(core/util/jsonbudget.py: 20 times its size plus 64 MiB). Measured on the real web process's
+(webapp/jsonbudget.py: 20 times its size plus 64 MiB). Measured on the real web process's
 peak resident memory (VmHWM)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.util.jsonbudget import MEMORY_FLOOR, MEMORY_MULTIPLE, MIB
 from tests.e2e.procs import start_web
+from webapp.jsonbudget import MEMORY_FLOOR, MEMORY_MULTIPLE, MIB
 
 pytestmark = pytest.mark.e2e
 SIZE = 8 * MIB

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.util.jsonbudget import MIB
 from tests.integration.conftest import auth
+from webapp.jsonbudget import MIB
 
 SIZE = 6 * MIB
 

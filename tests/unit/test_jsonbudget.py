@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.util import jsonbudget
-from core.util.jsonbudget import MIB, budget, parse_cost, structure, too_costly
+from webapp import jsonbudget
+from webapp.jsonbudget import MIB, budget, parse_cost, structure, too_costly
 
 
 def reference(data: bytes) -> tuple[int, int, int]:
