@@ -7,11 +7,13 @@
 2. Precision check: bf16 against fp32 on a sample (embeddings within cosine 0.999,
    zero-shot labels unchanged for 99 %, ratings within 0.02). The baseline is the fastest
    precision that passes: what the same hardware gives a user who runs the model alone.
-3. Fleet, as shipped: `laneway worker cpu` with default settings (every core, its own
+3. Fleet, as shipped: the command line and environment of `laneway worker cpu`
+   (fleet/processes.py) with default settings (every core, its own
    precision, niceness, the result cache); an N-item job goes through the service layer the
    API uses (route, COPY, chord of chunks, aggregate) and is timed from submission to its
    final status. With --tuned, a second fleet run with the given settings, labelled so.
-4. Naive design: the same worker runs one Celery task per item (`laneway.naive_item`).
+4. Naive design: the same worker runs one Celery task per item (`laneway.naive_item`,
+   bench/naive.py, which the worker loads through `--include`; production workers do not).
 5. Bare model, second half. Each bare rate is N over the time of both halves, so it brackets
    the fleet runs and slow drifts in the machine's speed fall on both sides alike.
 
@@ -38,7 +40,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if not os.environ.get("LANEWAY_DATABASE_URL") and not os.environ.get("LANEWAY_HOME"):
     os.environ["LANEWAY_HOME"] = tempfile.mkdtemp(prefix="laneway-bench-")
 
-BIN = Path(sys.executable).parent
+# The naive baseline's task module, loaded by the bench worker alone (celery --include).
+NAIVE_MODULE = "bench.naive"
 
 
 def load_texts(n: int) -> list[str]:
@@ -155,7 +158,8 @@ def run_fleet(
     labels: list[str] | None = None,
     outputs: list | None = None,
 ) -> dict:
-    """One `laneway worker cpu` (with `extra_env` beside the defaults) runs an N-item job;
+    """One cpu worker as `laneway worker cpu` starts it (with `extra_env` beside the defaults,
+    and the naive task included) runs an N-item job;
     then, with naive_items, one task per item. Returns the job's figures; `outputs`, when
     given, receives every item's result in item order (read after the timing ends)."""
     import uuid
@@ -164,16 +168,17 @@ def run_fleet(
     from db.models import FINAL_JOB_STATUSES, Job
     from db.queries import create_account
     from db.session import session_scope
+    from fleet.processes import worker_argv, worker_env
     from jobs.submit import submit_job
     from tasks import app
 
     settings = get_settings()
     node = f"bench-{uuid.uuid4().hex[:6]}"
-    env = {**os.environ, **extra_env}
+    env = {**os.environ, **worker_env("cpu", settings), **extra_env}
     logfile = settings.home / f"bench-worker-{node}.log"
     settings.home.mkdir(parents=True, exist_ok=True)
     log = open(logfile, "wb")  # noqa: SIM115
-    argv = [str(BIN / "laneway"), "worker", "cpu", "--name", node]
+    argv = [*worker_argv("cpu", settings, name=node), "--include", NAIVE_MODULE]
     worker = subprocess.Popen(
         argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
     )
@@ -228,7 +233,7 @@ def run_fleet(
                 query = select(Result.output).where(Result.job_id == job.id).order_by(Result.idx)
                 outputs.extend(session.scalars(query))
     finally:
-        worker.terminate()  # `laneway worker` passes it on: Celery's warm shutdown
+        worker.terminate()  # Celery's warm shutdown
         try:
             worker.wait(60)
         except subprocess.TimeoutExpired:
@@ -241,7 +246,7 @@ def run_naive(texts: list[str], tasks: list[str], labels: list[str]) -> dict:
     """One task per item, results through the result backend, as a naive fleet would."""
     from celery import group
 
-    from tasks.naive import naive_item
+    from bench.naive import naive_item
 
     if not texts:
         return {"items": 0}

@@ -25,7 +25,6 @@ TASK_MODULES = (
     "tasks.alerts",
     "tasks.scaling",
     "tasks.inbox",
-    "tasks.naive",
     "tasks.interactive",
 )
 

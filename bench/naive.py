@@ -1,7 +1,8 @@
-"""The naive design, kept as a benchmark baseline: one Celery task per item.
+"""The naive design, a benchmark baseline: one Celery task per item.
 
 The text travels in the message and the output comes back through the result backend; no
-chunking, no micro-batching. `bench/throughput.py` compares the fleet against it.
+chunking, no micro-batching. `bench/throughput.py` compares the fleet against it and starts
+its worker with `--include bench.naive`, so production workers never load this task.
 """
 
 from __future__ import annotations
