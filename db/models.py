@@ -150,8 +150,8 @@ class JobItem(Base):
 
     `idx` is the item's place in the input; `pos` its place in length order. Chunks cover
     ranges of `pos`, so each chunk holds texts of similar length and pads little. The key
-    is (job, pos), the one index chunks read by: a second one on (job, idx) cost a third of
-    the time of writing a million items (docs/benchmarks.md), and nothing reads by idx.
+    is (job, pos), the one index chunks read by: a second one on (job, idx) would slow the
+    bulk write of a large job by about half as much again, and nothing reads by idx.
     """
 
     __tablename__ = "job_items"

@@ -51,8 +51,8 @@ class LocalModel:
         if self.offsets and not getattr(self.tokenizer, "is_fast", False):
             raise ValueError(f"{path}: a fast tokenizer is required (character offsets)")
         # bf16 on a CPU: the matrix products' weights in bf16 under autocast, the rest
-        # (embeddings, LayerNorm, the residual stream) in fp32: 0.9 of bf16 throughout's
-        # speed (the products are the work) at a third of its error (docs/benchmarks.md).
+        # (embeddings, LayerNorm, the residual stream) in fp32: nearly bf16 throughout's
+        # speed (the products are the work) at a fraction of its error.
         self.mixed = precision == "bf16" and self.device.type == "cpu"
         # fp16 on a CPU: fp32 weights and arithmetic, the products' weights read from an
         # fp16 copy where that is faster (inference/halfweights.py).

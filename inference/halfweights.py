@@ -5,12 +5,10 @@ batch's products are bound by reading the weights, not by arithmetic: one text o
 tokens reads all 42 MB of MiniLM's layers for 0.7 GFLOP. FBGEMM's fp16 GEMM (torch's
 `quantized::linear_dynamic_fp16`, the kernel behind torch's dynamic fp16 quantization)
 keeps the weights in fp16, packed once into its layout, converts them to fp32 in
-registers (F16C) and multiplies in fp32: half the bytes to read, the same arithmetic.
-Measured on a 2-core AMD EPYC (docs/benchmarks.md, issue 19): the 24 products of one
-16-token text 1.6-2x faster, 64 rows 1.3-1.5x, about even from ~400 rows, and slower
-(0.88-0.91x) from ~1,000 rows on two threads, where the products are bound by arithmetic
-and FBGEMM's fp16 kernel trails MKL's. So a product above `HALF_ROWS` rows runs on the
-fp32 weights, which are kept beside the fp16 copy.
+registers (F16C) and multiplies in fp32: half the bytes to read, the same arithmetic. The
+gain shrinks as rows grow, and a large product is bound by arithmetic, where FBGEMM's fp16
+kernel trails MKL's; so a product above `HALF_ROWS` rows runs on the fp32 weights, which
+are kept beside the fp16 copy (`bench/calibrate.py half-rows` re-derives the crossover).
 
 fp16 keeps 11 significant bits where bf16 keeps 8: a MiniLM embedding stays within cosine
 0.9999997 of fp32's (bf16 products: 0.99997); the worker's start-up check
@@ -24,7 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-# Above this many rows a product runs on the fp32 weights (faster there, see above).
+# Above this many rows a product runs on the fp32 weights (faster there, see above);
+# `bench/calibrate.py half-rows` re-derives it for a CPU.
 HALF_ROWS = 512
 
 

@@ -1,14 +1,13 @@
-"""One text alone on every core: ONNX Runtime's forward, for the interactive lane (issue 19).
+"""One text alone on every core: ONNX Runtime's forward, for the interactive lane.
 
 A demo's request is one text, and an interactive worker with nothing else to do gives its
 forward every core (workers/interactive_server.py). There torch runs one short operation
 after another, each parallelised anew, while ONNX Runtime runs the same graph with its
-attention, LayerNorm, GELU and bias additions fused and its own GEMM (MLAS). Measured on a
-2-core AMD EPYC without native bf16 (docs/benchmarks.md, issue 19), one text on two
-threads: 1.13-1.30x faster (two runs) than the packed forward with fp16 weights
-(inference/packed.py), vectors within cosine 0.9999999 of torch fp32's. Batches of several
-texts stay with torch: its packed forward skips their padding, and from 8 texts on it was
-the faster (ONNX Runtime 0.80-0.85x there).
+attention, LayerNorm, GELU and bias additions fused and its own GEMM (MLAS), so on a CPU
+without native bf16 it runs one text faster than the packed forward with fp16 weights
+(inference/packed.py), with the same vectors to within rounding. Batches of several texts
+stay with torch: its packed forward skips their padding, which ONNX Runtime computes.
+`bench/calibrate.py lone` re-derives the choice on a machine.
 
 `LoneText.build` exports the loaded model's encoder with its mean pooling (fp32, through
 torch.onnx's TorchScript exporter, into memory: about 2 s, once per process) and opens an
@@ -33,8 +32,8 @@ log = logging.getLogger(__name__)
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # How close the session's pooled vectors must be to torch's forward (cosine, every text of
-# the check): the same fp32 arithmetic in another order (measured 0.9999999), or fp16
-# weights against fp32 ones (0.9999997); a wrong graph is far below.
+# the check): the same fp32 arithmetic in another order agrees to about 0.9999999, fp16
+# weights against fp32 ones to about 0.9999997; a wrong graph is far below.
 SELF_CHECK_COSINE = 0.99999
 
 

@@ -1,8 +1,8 @@
 """A BERT encoder that computes only the real tokens of a padded batch (inference only).
 
 A batch of texts is padded to its longest, and transformers' BertModel runs every layer on
-every position: in a batch of 32 sample messages half the positions are padding (docs/
-benchmarks.md, issue 19). `PackedBert` runs the same weights on the real tokens alone,
+every position: in a batch of short, uneven texts about half the positions are padding.
+`PackedBert` runs the same weights on the real tokens alone,
 packed into one (tokens, hidden) matrix: the projections and the feed-forward layers see
 no padding, and each text's attention runs over its own tokens, without a mask (one
 attention over the padded batch cost more than all the products: the kernel is slow for
@@ -31,8 +31,8 @@ from inference import halfweights
 log = logging.getLogger(__name__)
 # How close the packed forward's mean-pooled vectors must be to transformers' in the same
 # precision (cosine, every text of the self-check): the same arithmetic in another order,
-# which in bf16 (8 significant bits) rounds differently (measured: 0.99999 and above, where
-# bf16 itself is 0.99997 from fp32); a wrong layout or a lost embedding is far below.
+# which in bf16 (8 significant bits) rounds differently (it stays near 0.99999, where bf16
+# itself is about 0.99997 from fp32); a wrong layout or a lost embedding is far below.
 SELF_CHECK_COSINE = {False: 0.999999, True: 0.9999}  # by mixed bf16
 
 
@@ -50,8 +50,8 @@ def padded_rows(tokens: int) -> int:
     """The rows the products run on for `tokens` real tokens: rounded up to one of eight
     steps per power of two (at most 1/8 more). oneDNN builds a kernel for each shape it
     meets, and a server meets a new token count in nearly every batch: with the count
-    rounded, a few hundred shapes cover every batch, and its kernel cache holds them
-    (new shapes cost a 32-text batch 15-90 % more time, docs/benchmarks.md)."""
+    rounded, a few hundred shapes cover every batch, and its kernel cache holds them (a
+    new shape makes a batch markedly slower)."""
     step = 1 << max(0, tokens.bit_length() - 4)
     return -(-tokens // step) * step
 

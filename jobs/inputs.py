@@ -310,8 +310,8 @@ def _jsonl_rows(lines: Iterator[str], run: _BlankRun) -> Iterator[tuple[Any, Any
             continue
         run.item()
         try:
-            # orjson: a fraction of the stdlib's time per line (docs/benchmarks.md); it also
-            # refuses absurd nesting and integers beyond 64 bits.
+            # orjson: a fraction of the stdlib's time per line; it also refuses absurd
+            # nesting and integers beyond 64 bits.
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise InputError(f"line {number}: not valid JSON ({exc.msg})") from None

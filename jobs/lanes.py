@@ -160,8 +160,8 @@ def live_lanes(settings: Settings, session: Session) -> LiveLanes:
     """Workers up now and each lane's waiting work (messages times the chunk size). The
     workers are read on `session`, the caller's open transaction: a second connection from
     the same pool, taken while the first is held, deadlocks the pool once as many callers
-    do it at once as it has connections (a burst of fallback jobs waited out the pool's
-    30 s timeout, docs/benchmarks.md)."""
+    do it at once as it has connections (a burst of fallback jobs would wait out the pool's
+    timeout)."""
     workers = queries.alive_workers(session, settings.worker_dead_after)
     try:
         r = redis_client(settings)

@@ -5,8 +5,8 @@ small dict about 200, a number 30-40, while each takes two or three bytes of JSO
 within the upload limit, shaped as millions of tiny arrays or objects, would cost 25-35
 times its size. `parse_cost` counts, outside strings, the marks that each start a value
 (`[`, `,`), the colons that each add a key and the braces that each make a dict, and
-prices them at what CPython
-allocates at most (measured: docs/reliability.md), plus 2 bytes per byte of an ASCII body
+prices them at the most CPython
+allocates for each (docs/reliability.md), plus 2 bytes per byte of an ASCII body
 for the decoded text and the strings' characters, 8 otherwise (text holding one emoji
 takes 4 bytes a character, in the decoded body and again in its string).
 The web app refuses a body whose cost is above MEMORY_MULTIPLE times its size plus

@@ -1,7 +1,7 @@
 """API keys a web process has looked up, trusted for LANEWAY_AUTH_CACHE_SECONDS.
 
-Looking a bearer key up in Postgres (the key row, then its account) was a quarter of a web
-process's CPU per interactive request (docs/benchmarks.md). A process keeps what it found
+Looking a bearer key up in Postgres (the key row, then its account) on every request is a
+large share of a web process's CPU on the interactive path. A process keeps what it found
 for a few seconds: the key's hash (never the key), its prefix, its revocation moment and
 the account's columns. Each request gets an account object of its own, made from that copy,
 and the key's liveness is judged again at every request (a rotation's future revocation

@@ -1,14 +1,14 @@
 """The rate limiter's Redis storage, one round trip per request.
 
 Flask-Limiter (over the `limits` library) asks Redis twice for each request under a
-sliding-window-counter limit: once to take the request from the window (a Lua script),
-then again for the window's counts, to write the `RateLimit-*` headers. The second trip
-was the web process's largest own cost on the interactive path (docs/benchmarks.md, issue
-19). This storage is `limits`' own `RedisStorage` with one change: taking a request runs
-one script that also returns the window as it left it, and the header's read that follows
-on the same thread, for the same key, within a second, gets those counts instead of asking
-again. The limit itself is decided in Redis exactly as before (the same arithmetic as
-`limits`' acquire script), so every web process still shares each account's window.
+sliding-window-counter limit: once to take the request from the window (a Lua script), then
+again for the window's counts, to write the `RateLimit-*` headers; that second trip is one
+of the web process's largest own costs on the interactive path. This storage is `limits`'
+own `RedisStorage` with one change: taking a request runs one script that also returns the
+window as it left it, and the header's read that follows on the same thread, for the same
+key, within a second, gets those counts instead of asking again. The limit itself is decided
+in Redis as `limits` decides it (the same arithmetic as its acquire script), so every web
+process shares each account's window.
 
 It registers itself with `limits` under the `laneway+` schemes
 (`laneway+redis://host:port/db`, `laneway+redis+unix:///path`).

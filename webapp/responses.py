@@ -1,9 +1,9 @@
 """JSON responses of the interactive endpoints, encoded by orjson (core/util/jsoncodec.py).
 
-Flask's `jsonify` goes through the stdlib's encoder: for an answer of 384 floats it was a
-tenth of the web process's CPU per interactive request (docs/benchmarks.md, issue 19). The
-body is the same JSON value; only its form differs (keys in the order given, non-ASCII
-written as UTF-8, floats in their shortest form).
+Flask's `jsonify` goes through the stdlib's encoder, which spends a noticeable share of the
+web process's CPU on an answer's hundreds of floats. The body is the same JSON value; only
+its form differs (keys in the order given, non-ASCII written as UTF-8, floats in their
+shortest form).
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
 """Batch workers share their host's cores with its interactive worker.
 
-A cpu-lane batch worker runs its model on every core while its host has no interactive
-work (`CoreShare`): on a 2-core machine the one torch thread fewer it used to keep back
-left half the machine idle through a whole batch job. An interactive worker marks its
-host busy in Redis on each message it receives (`BusyMark`: a key per host that expires
-`HOLD` seconds after the last request), and before each micro-batch the batch worker
-looks at the mark once: while it stands the batch steps aside (`StepAside`: it waits, at
-most `LANEWAY_BATCH_YIELD_MAX` seconds each time, so a steady stream of interactive
-requests slows a batch job without stopping it) and runs with one torch thread fewer,
-giving the interactive worker a core back; once the mark lapses it takes every core
-again. torch's thread count changes between forwards for microseconds
-(docs/benchmarks.md). Hosts are told apart by host name: workers on other machines (or
-other pods) never wait for this one's traffic.
+A cpu-lane batch worker runs its model on every core while its host has no interactive work
+(`CoreShare`): keeping a core back for interactive traffic that is not there would leave it
+idle through a whole batch job. An interactive worker marks its host busy in Redis on each
+message it receives (`BusyMark`: a key per host that expires `HOLD` seconds after the last
+request), and before each micro-batch the batch worker looks at the mark once: while it
+stands the batch steps aside (`StepAside`: it waits, at most `LANEWAY_BATCH_YIELD_MAX`
+seconds each time, so a steady stream of interactive requests slows a batch job without
+stopping it) and runs with one torch thread fewer, giving the interactive worker a core
+back; once the mark lapses it takes every core again. Changing torch's thread count between
+forwards costs microseconds. Hosts are told apart by host name: workers on other machines
+(or other pods) never wait for this one's traffic.
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ import redis
 
 # How long an idle OpenMP thread spins before it sleeps, in libgomp's spins (about 100,000
 # a millisecond): ~0.3 ms bridges the gaps between one forward's operations (sleeping
-# through each, OMP_WAIT_POLICY=PASSIVE, cost bf16 batch work 10-15 %: docs/benchmarks.md)
-# and is too short to burn a core that another process needs for long. libgomp's own
-# default spins ~3 ms, PASSIVE not at all.
+# through each, OMP_WAIT_POLICY=PASSIVE, slows batch work) and is too short to burn a core
+# that another process needs for long. libgomp's own default spins ~3 ms, PASSIVE not at all.
 OPENMP_SPIN_COUNT = "30000"
 OPENMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 

@@ -119,10 +119,10 @@ class InteractiveServer:
         """How many batches run side by side, and each one's torch threads: on a CPU, one
         batch per core (LANEWAY_TORCH_THREADS), each on a torch thread of its own
         (LANEWAY_INTERACTIVE_MODEL_THREADS sets the count; the cores are shared out); on
-        a GPU, one. A small batch keeps two torch threads poorly busy (each forward is
-        many short operations), and the web app's requests come one by one: two batches
-        on a core each served 1.4x the texts per second of one batch on both
-        (docs/benchmarks.md, issue 19)."""
+        a GPU, one. A small batch keeps several torch threads poorly busy (each forward is
+        many short operations), and the web app's requests come one by one, so batches
+        side by side on a core each serve more texts a second than one batch on them all
+        (bench/calibrate.py model-threads re-derives this)."""
         cores = self.settings.torch_threads
         on_cpu = self.lane_and_device()[1] == "cpu"
         threads = self.settings.interactive_model_threads or (cores if on_cpu else 1)
@@ -130,14 +130,11 @@ class InteractiveServer:
 
     def lone_threads(self) -> int:
         """Torch threads for a batch alone in the process (a lone request; no other batch
-        running or due): on a CPU in fp32 or fp16 weights, every core. There a small
-        batch's products are bound by reading the weights, which two cores read faster:
-        one text per forward 1.05-1.18x faster, and lone requests 1-17 % more per second
-        (docs/benchmarks.md, issue 19). In bf16 (oneDNN's products) and on a GPU a lone
-        forward keeps the threads of its share: on a Zen 4 with bf16 one text alone in a
-        process ran 1.2-1.4x faster on two torch threads, but on the whole path (the web
-        processes and Redis want the second core meanwhile) one client got fewer requests
-        per second on two, alternated twice (docs/benchmarks.md, issue 19)."""
+        running or due): on a CPU in fp32 or fp16 weights, every core, because there a
+        small batch's products are bound by reading the weights, which more cores read
+        faster. In bf16 (oneDNN's products) and on a GPU a lone forward keeps the threads
+        of its share: the forward alone gains from more threads, but the whole path loses,
+        since the web processes and Redis want those cores meanwhile."""
         _, torch_threads = self.model_threads()
         device = self.lane_and_device()[1]
         if device != "cpu" or choose(self.settings.precision, device).precision == "bf16":
@@ -190,10 +187,9 @@ class InteractiveServer:
         errors, or the request's own error when the whole batch failed), delivered to its
         caller from here in one round trip; the sender thread then stores the batch's
         cache entries and records its figures while this thread starts the next batch.
-        Handing the answers to the sender instead put a thread's wake-up on every
-        request's path: at 8 clients the reply stage's median 2.5-3.1 ms against 1.6-2.0
-        delivered here (docs/benchmarks.md, issue 19). Traced, the batch is a span linked
-        to each request's span, with its stages as children."""
+        Answers go out from this thread because a hand-off would put another thread's
+        wake-up on every request's path. Traced, the batch is a span linked to each
+        request's span, with its stages as children."""
         requests = [incoming.request for incoming in batch]
         items = sum(len(r.texts) for r in requests)
         attributes = {"laneway.batch_requests": len(requests), "laneway.batch_items": items}

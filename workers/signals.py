@@ -94,14 +94,13 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
 
 
 def serial_tokenizers(queues: list[str], environ: MutableMapping[str, str] = os.environ) -> None:
-    """An interactive worker tokenizes each batch on its own model thread. Its model
-    threads run batches side by side, a core each, a few texts at a time: a fast tokenizer
-    spreading a batch over every core (its Rust thread pool) takes the other thread's core
-    (two model threads, batches of 3-8 texts: 9-23 % more batches a second without it,
-    their p99 17-31 % lower; docs/benchmarks.md, issue 19). Read by the tokenizers
-    library at each call, so set before the first batch; an operator's own
-    TOKENIZERS_PARALLELISM wins. Batch workers keep the pool: one batch at a time, of many
-    texts."""
+    """An interactive worker tokenizes each batch on its own model thread. Its model threads
+    run batches side by side, a core each, a few texts at a time: a fast tokenizer
+    spreading a batch over every core (its Rust thread pool) takes the other threads'
+    cores, so batches of a few texts run faster on one tokenizer thread each
+    (bench/calibrate.py tokenizer-threads). Read by the tokenizers library at each call,
+    so set before the first batch; an operator's own TOKENIZERS_PARALLELISM wins. Batch
+    workers keep the pool: one batch at a time, of many texts."""
     if is_interactive(queues):
         environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

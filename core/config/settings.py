@@ -233,7 +233,7 @@ class Settings(BaseSettings):
     # how long a revoked key or a changed account type goes on being honoured; 0: look up
     # every request.
     auth_cache_seconds: Annotated[float, Field(ge=0, le=AUTH_CACHE_MAX, allow_inf_nan=False)] = 2.0
-    # The interactive path (issue 6): sync answers, the dynamic batcher, the result cache.
+    # The interactive path: sync answers, the dynamic batcher, the result cache.
     sync_max_items: Count = 32
     sync_timeout: Seconds = 2.0
     sync_max_wait: Seconds = 30.0
@@ -392,7 +392,7 @@ class Settings(BaseSettings):
         ]
 
     def replace(self, **changes: Any) -> Settings:
-        """A copy with `changes` (what dataclasses.replace did for the old dataclass)."""
+        """A copy with `changes`, as dataclasses.replace makes one."""
         return self.model_copy(update=changes)
 
     @property

@@ -69,7 +69,7 @@ def visibility_timeout(chunk_timeout: int) -> int:
 # Chord callbacks, the reconciler and alerts: short tasks that must not wait behind a lane's
 # backlog of chunks. `laneway worker cpu` consumes it beside `cpu`.
 MAINTENANCE_QUEUE = "maintenance"
-# Interactive requests (issue 6): a queue per lane that batch chunks never use.
+# Interactive requests: a queue per lane that batch chunks never use.
 INTERACTIVE_QUEUES = tuple(INTERACTIVE_PREFIX + lane for lane in LANES)
 QUEUES = (*LANES, MAINTENANCE_QUEUE, *INTERACTIVE_QUEUES)
 # The tasks that occupy a lane's worker: a worker running none of them is idle.

@@ -7,8 +7,8 @@ LANEWAY_SYNC_MAX_ITEMS items). It travels as one JSON entry on its lane's reques
 Redis (`requests_key`: `laneway:interactive:<lane>:requests`), which batch chunks never
 use: the web thread pushes it and blocks on its answer's list in the same round trip
 (`send_and_wait`), and the lane's interactive workers pop up to a batch of entries at a
-time (`pop`). A Celery message each way cost more CPU than the model's forward for a lone
-request (docs/benchmarks.md, issue 19); the worker stays a Celery worker for everything
+time (`pop`). A Celery message each way costs more CPU than the model's forward for a lone
+request; the worker stays a Celery worker for everything
 else (supervision, heartbeats, Flower, remote control), and still answers a request sent
 as a Celery message on `interactive.<lane>` (TASK_NAME).
 

@@ -1,13 +1,11 @@
 """Compact JSON text for what Laneway stores (result rows, cache entries) and what the
 interactive path carries (requests, answers, responses), with orjson.
 
-A chunk's 256 embeddings are ~100,000 floats: the stdlib encoder spent ~17 ms of a
-worker's CPU per chunk on them, orjson ~2 ms (docs/benchmarks.md). The text differs only
-in form (`1e-06` becomes `1e-6`, non-ASCII stays unescaped); it parses to the same
-values. What orjson refuses (an integer past 64 bits) falls back to the stdlib, so
-nothing that stored before fails now. On the interactive path the stdlib's encoding and
-decoding of each answer's floats (an embedding: 384) took a seventh of the web process's
-CPU (docs/benchmarks.md, issue 19).
+A chunk's embeddings are about a hundred thousand floats, and every interactive answer
+carries hundreds: orjson encodes and decodes them in a fraction of the stdlib's CPU. The
+text differs only in form (`1e-06` becomes `1e-6`, non-ASCII stays unescaped); it parses to
+the same values. What orjson refuses (an integer past 64 bits) falls back to the stdlib, so
+nothing the stdlib could store fails here.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """results.output compressed with lz4 on Postgres
 
 A chunk of 256 embeddings is ~1 MB of JSON text; Postgres compresses each value over 2 kB
-before storing it, and with its default (pglz) that took ~3x the backend CPU of the whole
-upsert (32 against 11 ms per chunk, docs/benchmarks.md). lz4 compresses the same rows at
+before storing it, and its default (pglz) takes several times the backend CPU of the rest
+of the upsert. lz4 compresses the same rows at
 a fraction of the CPU, and reads decompress either kind, so rows written before stay
 readable. Skipped where the server was built without lz4 (and on SQLite).
 
