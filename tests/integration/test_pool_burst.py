@@ -1,7 +1,7 @@
 """A burst of jobs stored at once (the interactive path's 202 fallbacks, say) on the real
 Postgres pool: each job holds one connection, so a burst larger than the pool waits its
 turn instead of deadlocking it (every holder waiting for a second connection until the
-pool's 30 s timeout, then a 503 each: docs/benchmarks.md, issue 19)."""
+pool's 30 s timeout, then a 503 each: docs/journal/)."""
 
 from __future__ import annotations
 

@@ -76,12 +76,35 @@ def test_every_page_is_in_the_nav():
     assert pages(config["nav"]) == {p.name for p in DOCS.glob("*.md")}
 
 
+def test_the_benchmarks_page_gives_each_figure_its_command_and_links_the_journal():
+    page = (DOCS / "benchmarks.md").read_text()
+    assert len(page.splitlines()) <= 250, "a page a user reads in five minutes"
+    # Every section that shows figures (a table) names the command that reproduces them.
+    sections = re.split(r"^## ", page, flags=re.M)[1:]
+    assert len(sections) >= 5
+    untold = [
+        s.splitlines()[0]
+        for s in sections
+        if "\n|---" in s and "```sh" not in s and "bench/" not in s
+    ]
+    assert untold == []
+    journal = [t for t in LINK.findall(page) if t.startswith("journal/")]
+    assert journal and all((DOCS / t.split("#")[0]).is_file() for t in journal)
+    # No dated journal headings on the page itself: history lives in docs/journal/.
+    assert not re.search(r"^#+ .*\b(issue \d+|\d\d:\d\d)", page, flags=re.M)
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert "journal/" in config["exclude_docs"].split()
+
+
 @pytest.mark.skipif(not MKDOCS.exists(), reason="mkdocs is not installed (the dev extra)")
 def test_the_site_builds_strict_and_a_broken_link_fails_it(tmp_path):
     done = build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "getting-started" / "index.html").is_file()
     assert "WARNING" not in done.stderr
+    # The lab journal stays in the repository, out of the published site.
+    assert (tmp_path / "site" / "benchmarks" / "index.html").is_file()
+    assert not (tmp_path / "site" / "journal").exists()
 
     # The same site with one link to a missing anchor and one to a missing page: refused.
     copy = tmp_path / "copy"

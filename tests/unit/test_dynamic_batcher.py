@@ -240,7 +240,7 @@ def test_a_batch_is_held_to_grow_only_while_no_other_model_thread_is_free():
 
 def test_a_lone_request_goes_to_the_model_thread_that_ran_the_last_one():
     """Sequential lone requests keep to one model thread (its memory and caches warm: a
-    lone request's p99 fell from 32-39 to 20-21 ms on one thread, docs/benchmarks.md);
+    lone request's p99 falls by a third on one thread, docs/journal/);
     the other takes a part only when two or more are due at once."""
     ran_on: list[int] = []
     together = threading.Barrier(2, timeout=10)
