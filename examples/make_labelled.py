@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Labelled customer messages: make_sample.py's generator, with each message's category kept.
 
-Writes examples/labelled.jsonl (the accuracy set of bench/onnx_eval.py and docs/benchmarks.md)
+Writes examples/labelled.jsonl (the accuracy set of bench/fleet_accuracy.py)
 and inference/data/precision_sample.jsonl (the sample a worker checks a reduced precision
 on at start-up), one {"id", "text", "label"} per line; the label is one of Laneway's
 default labels. Other seeds than the demo sample's, so neither set repeats it.

@@ -1,7 +1,7 @@
 """The shape of the code: import cycles, function-local imports, the largest files and
 functions (docs/architecture.md, "Before and after").
 
-    python bench/house.py [ROOT]
+    python tools/house.py [ROOT]
 
 ROOT is a checkout (default: this one). The import graph is grimp's, the one import-linter
 checks; a cycle is a strongly connected set of two or more modules.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import grimp
 
-PACKAGES = ("fleet", "webapp", "tasks", "workers", "jobs", "db", "laneway", "inference")
+PACKAGES = ("fleet", "webapp", "tasks", "workers", "jobs", "db", "core", "inference", "laneway")
 
 
 def cycles(graph: grimp.ImportGraph, modules: set[str]) -> list[list[str]]:
