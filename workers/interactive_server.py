@@ -467,7 +467,7 @@ def warm_up() -> None:
         check_device_or_stop(os.getpid())  # a thread pool: this process is the worker
     load_models()
     server().batcher()
-    frozen = freeze_startup_objects()  # a full collection stopped every thread ~0.26 s
+    frozen = freeze_startup_objects()  # no full collection walks the models mid-request
     log.info(
         "interactive models loaded in %.1f s; %s start-up objects frozen",
         time.perf_counter() - started,

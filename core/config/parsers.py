@@ -272,7 +272,8 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Price = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Csv = NoDecode  # comma-separated in the environment, not JSON
 # A switch reads 1/true/yes/on or 0/false/no/off, any case, blanks around it ignored; strict
-# past that, so pydantic's own extras (t, f, y, n) are refused as they always were.
+# past that: pydantic's own extras (t, f, y, n) are refused, so a stray letter is an error
+# rather than a guess.
 SWITCHES = {"1": True, "true": True, "yes": True, "on": True}
 SWITCHES |= {"0": False, "false": False, "no": False, "off": False}
 
