@@ -33,6 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -148,6 +152,13 @@ def precision_check(reference: Bare, other: Bare, texts: list[str]) -> dict:
     return report
 
 
+def bench_worker_argv(settings: Settings, node: str) -> list[str]:
+    """`laneway worker cpu`'s command line, named `node`, with the naive task included."""
+    from fleet.processes import worker_argv
+
+    return [*worker_argv("cpu", settings, name=node), "--include", NAIVE_MODULE]
+
+
 def run_fleet(
     texts: list[str],
     task: str,
@@ -168,7 +179,7 @@ def run_fleet(
     from db.models import FINAL_JOB_STATUSES, Job
     from db.queries import create_account
     from db.session import session_scope
-    from fleet.processes import worker_argv, worker_env
+    from fleet.processes import worker_env
     from jobs.submit import submit_job
     from tasks import app
 
@@ -178,7 +189,7 @@ def run_fleet(
     logfile = settings.home / f"bench-worker-{node}.log"
     settings.home.mkdir(parents=True, exist_ok=True)
     log = open(logfile, "wb")  # noqa: SIM115
-    argv = [*worker_argv("cpu", settings, name=node), "--include", NAIVE_MODULE]
+    argv = bench_worker_argv(settings, node)
     worker = subprocess.Popen(
         argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
     )
