@@ -10,7 +10,7 @@ from transformers import AutoModel
 
 from inference.base import LocalModel
 from inference.batching import Prepared, scatter
-from inference.lone import LoneText, why_not
+from inference.lone import OnnxSingleText, why_not
 from inference.packed import PackedBert
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class Encoder(LocalModel):
             else None
         )
         # ONNX Runtime's session for a batch of one text alone (inference/lone.py).
-        self.lone: LoneText | None = None
+        self.lone: OnnxSingleText | None = None
         # An fp32 twin for the few fixed texts (label descriptions, rating anchors) of a
         # reduced-precision encoder: their vectors meet every item's, so their rounding
         # would bias every score; they are computed once per process (Pipeline caches them).
@@ -62,7 +62,7 @@ class Encoder(LocalModel):
         torch's forward (inference/lone.py). Returns what runs it, for the log."""
         reason = why_not(runtime, self.device, self.precision)
         if not reason:
-            self.lone = LoneText.build(self.model, threads, self._pooled)
+            self.lone = OnnxSingleText.build(self.model, threads, self._pooled)
             if self.lone is not None:
                 return f"onnxruntime fp32 on {threads} thread{'s' if threads > 1 else ''}"
             reason = "its session failed (above)"

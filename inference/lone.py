@@ -9,7 +9,7 @@ without native bf16 it runs one text faster than the packed forward with fp16 we
 stay with torch: its packed forward skips their padding, which ONNX Runtime computes.
 `bench/calibrate.py lone` re-derives the choice on a machine.
 
-`LoneText.build` exports the loaded model's encoder with its mean pooling (fp32, through
+`OnnxSingleText.build` exports the loaded model's encoder with its mean pooling (fp32, through
 torch.onnx's TorchScript exporter, into memory: about 2 s, once per process) and opens an
 ONNX Runtime session on `threads` threads that sleep between calls (spinning threads
 would take the cores from the torch batches beside them). It checks the session against
@@ -68,7 +68,7 @@ def why_not(setting: str, device: torch.device, precision: str) -> str:
     return ""
 
 
-class LoneText:
+class OnnxSingleText:
     """An ONNX Runtime session of the encoder with its mean pooling, for a batch of one."""
 
     def __init__(self, session: Any, threads: int) -> None:
@@ -82,7 +82,7 @@ class LoneText:
         model: torch.nn.Module,
         threads: int,
         reference: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-    ) -> LoneText | None:
+    ) -> OnnxSingleText | None:
         """The session of `model` (a loaded fp32 encoder) on `threads` threads, checked
         against `reference` (torch's mean-pooled forward), or None with the reason logged."""
         try:

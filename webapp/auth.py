@@ -19,8 +19,8 @@ from db.models import Account, ApiKey
 from db.queries import is_live, live_key
 from db.session import session_factory
 from webapp import sessions
-from webapp.ahead import read_ahead
 from webapp.keycache import KeyCache, KeyRow, key_row
+from webapp.refresh_ahead import read_ahead
 
 # Blueprints whose callers authenticate with `Authorization: Bearer <key>`.
 BEARER_BLUEPRINTS = ("api", "admin", "interactive", "openai")
@@ -63,7 +63,7 @@ def _identified(settings: Settings, account: Account, prefix: str) -> None:
 
 def key_cache() -> KeyCache:
     """This web process's trusted API keys (webapp/keycache.py), read again ahead of their
-    lapse (webapp/ahead.py)."""
+    lapse (webapp/refresh_ahead.py)."""
     cache = current_app.extensions.get("laneway_keys")
     if cache is None:
         made = KeyCache(app_settings().auth_cache_seconds, refresh=read_ahead)

@@ -21,7 +21,7 @@ from core.store.interactive_protocol import Request, push
 from core.store.interactive_protocol import send_and_wait as send_and_wait_answer
 from core.store.redis_conn import client_url
 from jobs.lanes import alive_workers
-from webapp.ahead import read_ahead
+from webapp.refresh_ahead import read_ahead
 
 log = logging.getLogger(__name__)
 

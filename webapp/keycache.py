@@ -10,7 +10,7 @@ reaches the process within the TTL: that is the bound the docs state. A key that
 found is never kept: a new key works at once, and a wrong one always costs a look-up.
 
 A key in use is read again before its copy lapses (past half its TTL, by `refresh`: the
-web process's read-ahead pool, webapp/ahead.py), so a steady caller's requests never wait
+web process's read-ahead pool, webapp/refresh_ahead.py), so a steady caller's requests never wait
 on Postgres; the copy is trusted only until its own end, so the bound holds as before.
 """
 

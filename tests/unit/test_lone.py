@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from core.config.settings import Settings, SettingsError
 from inference import Encoder
 from inference import lone as lone_module
-from inference.lone import LoneText
+from inference.lone import OnnxSingleText
 from tests.unit.test_packed import TEXTS as PACKED_TEXTS
 
 TEXTS = [t for t in PACKED_TEXTS if len(t) < 100 or t.startswith("word")]
@@ -36,7 +36,7 @@ def fp32_lone():
 class Counted:
     """The session's own calls, counted (the real ONNX Runtime session runs them)."""
 
-    def __init__(self, lone: LoneText) -> None:
+    def __init__(self, lone: OnnxSingleText) -> None:
         self.calls = 0
         self._run = lone.mean_pooled
 
@@ -152,13 +152,13 @@ def test_without_onnx_runtime_installed_torch_runs_it(fp32_lone, monkeypatch, ca
 def test_a_session_that_disagrees_with_torch_is_not_used(fp32_lone, caplog):
     wrong = lambda inputs: -fp32_lone._pooled(inputs)  # noqa: E731 - a wrong graph's vectors
     with caplog.at_level(logging.WARNING, logger="inference.lone"):
-        assert LoneText.build(fp32_lone.model, 2, wrong) is None
+        assert OnnxSingleText.build(fp32_lone.model, 2, wrong) is None
     assert "ONNX Runtime agreed to cosine -1.0000000 only" in caplog.text
 
 
 def test_a_model_that_does_not_export_keeps_torch(caplog):
     with caplog.at_level(logging.WARNING, logger="inference.lone"):
-        assert LoneText.build(torch.nn.Linear(4, 4), 2, lambda inputs: None) is None
+        assert OnnxSingleText.build(torch.nn.Linear(4, 4), 2, lambda inputs: None) is None
     assert "one text alone keeps torch's forward: ONNX Runtime failed" in caplog.text
 
 
