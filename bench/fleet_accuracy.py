@@ -4,8 +4,8 @@ Runs examples/labelled.jsonl (630 customer messages with their true category) th
 real `laneway worker cpu` twice, once with default settings (LANEWAY_PRECISION=auto: bf16
 on a CPU with native bf16) and once with LANEWAY_PRECISION=fp32, and prints each run's
 accuracy against the true labels, the share of labels the two runs agree on, and the
-difference in points (issue 17: within 0.5 points of fp32). Same database and broker
-rules as bench/throughput.py.
+difference in points (a release keeps the shipped precision within 0.5 points of fp32).
+Same database and broker rules as bench/throughput.py.
 
   HF_HUB_OFFLINE=1 .venv/bin/python bench/fleet_accuracy.py
 """
