@@ -9,11 +9,11 @@ without native bf16 it runs one text faster than the packed forward with fp16 we
 stay with torch: its packed forward skips their padding, which ONNX Runtime computes.
 `bench/calibrate.py lone` re-derives the choice on a machine.
 
-`OnnxSingleText.build` exports the loaded model's encoder with its mean pooling (fp32, through
-torch.onnx's TorchScript exporter, into memory: about 2 s, once per process) and opens an
-ONNX Runtime session on `threads` threads that sleep between calls (spinning threads
-would take the cores from the torch batches beside them). It checks the session against
-torch's forward on texts of several lengths before it is used; anything else (no
+`OnnxSingleText.build` exports the loaded model's encoder with its mean pooling (fp32,
+through torch.onnx's TorchScript exporter, into memory: about 2 s, once per process) and
+opens an ONNX Runtime session on `threads` threads that sleep between calls (spinning
+threads would take the cores from the torch batches beside them). It checks the session
+against torch's forward on texts of several lengths before it is used; anything else (no
 onnxruntime, a GPU, bf16, a failed export or check) keeps torch's forward.
 """
 

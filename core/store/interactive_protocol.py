@@ -4,13 +4,13 @@ them and answer: workers/interactive_server.py).
 
 A request is a few items for a few tasks, with its texts (it is small: at most
 LANEWAY_SYNC_MAX_ITEMS items). It travels as one JSON entry on its lane's request list in
-Redis (`requests_key`: `laneway:interactive:<lane>:requests`), which batch chunks never
-use: the web thread pushes it and blocks on its answer's list in the same round trip
-(`send_and_wait`), and the lane's interactive workers pop up to a batch of entries at a
-time (`pop`). A Celery message each way costs more CPU than the model's forward for a lone
-request; the worker stays a Celery worker for everything
-else (supervision, heartbeats, Flower, remote control), and still answers a request sent
-as a Celery message on `interactive.<lane>` (TASK_NAME).
+Redis (`requests_key`: `laneway:interactive:<lane>:requests`), which batch chunks never use:
+the web thread pushes it and blocks on its answer's list in the same round trip
+(`send_and_wait`), and the lane's interactive workers pop up to a batch of entries at a time
+(`pop`). A Celery message each way costs more CPU than the model's forward for a lone
+request; the worker stays a Celery worker for everything else (supervision, heartbeats,
+Flower, remote control), and still answers a request sent as a Celery message on
+`interactive.<lane>` (TASK_NAME).
 
 The answer comes back through Redis, not the result backend: the worker pushes it onto a
 list the web thread is blocked on (BLPOP), and for the asynchronous pair also keeps it

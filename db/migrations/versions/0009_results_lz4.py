@@ -1,10 +1,10 @@
 """results.output compressed with lz4 on Postgres
 
 A chunk of 256 embeddings is ~1 MB of JSON text; Postgres compresses each value over 2 kB
-before storing it, and its default (pglz) takes several times the backend CPU of the rest
-of the upsert. lz4 compresses the same rows at
-a fraction of the CPU, and reads decompress either kind, so rows written before stay
-readable. Skipped where the server was built without lz4 (and on SQLite).
+before storing it, and its default (pglz) takes several times the backend CPU of the rest of
+the upsert. lz4 compresses the same rows at a fraction of the CPU, and reads decompress
+either kind, so rows written before stay readable. Skipped where the server was built
+without lz4 (and on SQLite).
 
 Revision ID: 0009
 Revises: 0008
