@@ -1,11 +1,9 @@
-"""bench/calibrate.py: what each stage derives from its figures, and its command line."""
+"""bench/calibrate.py: what each stage derives from its figures (its command line runs in
+tests/integration/test_bench_scripts.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,12 +20,6 @@ def calibrate(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=300
-    )
 
 
 def test_half_rows_stop_at_the_first_count_where_fp16_weights_lose(calibrate) -> None:  # noqa: ANN001
@@ -64,22 +56,3 @@ def test_the_advice_names_only_what_differs_from_the_shipped_default(calibrate) 
         "HALF_ROWS=128  (default 512: set it in inference/halfweights.py)",
         "LANEWAY_PRECISION=auto  (the default: nothing to set)",
     ]
-
-
-def test_an_unknown_stage_or_no_rounds_is_refused_by_name() -> None:
-    done = run("precision", "half_rows")
-    assert done.returncode == 2 and "unknown stage half_rows" in done.stderr
-    done = run("--rounds", "0", "half-rows")
-    assert done.returncode == 2 and "at least 1, not 0" in done.stderr
-
-
-def test_a_stage_runs_and_reports_what_it_derived() -> None:
-    # half-rows times bare products (no model to load): the quickest real stage.
-    done = run("half-rows", "--rounds", "2", "--json")
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.splitlines()[-1])
-    if "HALF_ROWS" not in report["derived"]:
-        pytest.skip(f"no fp16-weight products on this CPU: {report['half-rows']}")
-    assert len(report["half-rows"]) == 8  # one line per row count
-    assert int(report["derived"]["HALF_ROWS"]) in (0, 16, 64, 128, 256, 512, 768, 1024, 2048)
-    assert any(line.startswith("HALF_ROWS=") for line in report["advice"])

@@ -1,15 +1,45 @@
-"""The naive baseline's task (bench/naive.py) is the benchmark's: its worker includes it, and
-a production worker's app never registers it."""
+"""The maintainer's scripts in bench/ as they run: calibrate.py's command line and a real
+stage, and the naive baseline's task (bench/naive.py), which the benchmark's worker includes
+and a production worker's app never registers. Each starts a Python process."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+CALIBRATE = ROOT / "bench" / "calibrate.py"
 NAIVE = "laneway.naive_item"
+
+
+def calibrate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(CALIBRATE), *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_an_unknown_stage_or_no_rounds_is_refused_by_name() -> None:
+    done = calibrate("precision", "half_rows")
+    assert done.returncode == 2 and "unknown stage half_rows" in done.stderr
+    done = calibrate("--rounds", "0", "half-rows")
+    assert done.returncode == 2 and "at least 1, not 0" in done.stderr
+
+
+def test_a_stage_runs_and_reports_what_it_derived() -> None:
+    # half-rows times bare products (no model to load): the quickest real stage.
+    done = calibrate("half-rows", "--rounds", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    if "HALF_ROWS" not in report["derived"]:
+        pytest.skip(f"no fp16-weight products on this CPU: {report['half-rows']}")
+    assert len(report["half-rows"]) == 8  # one line per row count
+    assert int(report["derived"]["HALF_ROWS"]) in (0, 16, 64, 128, 256, 512, 768, 1024, 2048)
+    assert any(line.startswith("HALF_ROWS=") for line in report["advice"])
 
 
 def test_a_production_worker_does_not_load_the_naive_task():
