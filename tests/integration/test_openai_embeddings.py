@@ -1,7 +1,8 @@
 """POST /v1/embeddings through a real interactive worker on the run's Redis and Postgres:
 OpenAI's shapes, vectors and token counts equal to /v1/embed's, a long list split into
 interactive requests, and every refusal in OpenAI's error shape (bad key, rate limit, bad
-fields, too many inputs, no worker in time, a failing input)."""
+fields, too many inputs, no worker in time, a failing input); GET /v1/models and its
+served names."""
 
 from __future__ import annotations
 
@@ -210,3 +211,70 @@ def test_cached_answers_keep_their_token_counts(worker, make_app, account_factor
     assert first["usage"] == again["usage"] == theirs["usage"]
     assert first["usage"]["prompt_tokens"] > 4
     assert first["data"] == again["data"]
+
+
+SERVED = ("laneway-embed", "text-embedding-3-small")
+PUBLISHED = ["all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"]
+
+
+def test_models_lists_every_name_embeddings_accepts(make_app, account_factory):
+    client = make_app(anonymous_rate_limit="100000/minute", served_model_names=SERVED)
+    client = client.test_client()
+    _, key = account_factory()
+    r = client.get("/v1/models", headers=auth(key))
+    assert r.status_code == 200 and r.json["object"] == "list"
+    assert [m["id"] for m in r.json["data"]] == ["minilm", *SERVED, *PUBLISHED]
+    created = {m["created"] for m in r.json["data"]}
+    assert len(created) == 1 and created.pop() > 1_500_000_000  # config.json's time, not 0
+    for model in r.json["data"]:
+        assert set(model) == {"id", "object", "created", "owned_by", "root"}
+        assert (model["object"], model["owned_by"], model["root"]) == ("model", "laneway", "minilm")
+        one = client.get(f"/v1/models/{model['id']}", headers=auth(key))
+        assert one.status_code == 200 and one.json == model
+    # Without served names, only the registry's and the published ones.
+    plain = make_app(anonymous_rate_limit="100000/minute").test_client()
+    ids = [m["id"] for m in plain.get("/v1/models", headers=auth(key)).json["data"]]
+    assert ids == ["minilm", *PUBLISHED]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["text-embedding-3-small", "gpt-4", "minilm/extra", "<script>alert(1)</script>", "MINILM"],
+)
+def test_an_unknown_model_is_a_404_in_openai_shape(client, account_factory, name):
+    _, key = account_factory()
+    r = client.get(f"/v1/models/{name}", headers=auth(key))
+    error = assert_openai_error(r, 404, "model", "does not exist here", "models: minilm")
+    assert error["code"] == "model_not_found" and error["type"] == "invalid_request_error"
+    assert r.content_type == "application/json"
+
+
+def test_models_need_a_key_and_take_only_get(client, account_factory):
+    for path in ("/v1/models", "/v1/models/minilm"):
+        for headers in ({}, {"Authorization": "Bearer lw_nope"}):
+            r = client.get(path, headers=headers)
+            error = assert_openai_error(r, 401, None, "API key")
+            assert error["type"] == "authentication_error"
+    _, key = account_factory()
+    r = client.post("/v1/models", json={"id": "mine"}, headers=auth(key))
+    assert_openai_error(r, 405, None, "not allowed")
+    assert set(r.headers["Allow"].split(", ")) == {"GET", "HEAD", "OPTIONS"}
+    r = client.get("/v1/embeddings", headers=auth(key))  # a route with no GET
+    assert_openai_error(r, 405, None, "not allowed")
+    # No name at all: no route matches, and the error is still OpenAI's.
+    assert_openai_error(client.get("/v1/models/", headers=auth(key)), 404, None)
+
+
+def test_a_served_name_embeds_with_the_registry_model(worker, make_app, account_factory):
+    """An operator's served name runs the same model: the answer names the model that ran,
+    its vectors keep their size whatever the name promises (384, not OpenAI's 1536)."""
+    client = make_app(anonymous_rate_limit="100000/minute", served_model_names=SERVED)
+    client = client.test_client()
+    _, key = account_factory()
+    text = f"my parcel is late {tag()}"
+    named = embeddings(client, key, input=text, model="text-embedding-3-small").json
+    plain = embeddings(client, key, input=text).json
+    assert named["model"] == "minilm" and len(named["data"][0]["embedding"]) == 384
+    assert np.allclose(named["data"][0]["embedding"], plain["data"][0]["embedding"], atol=1e-5)
+    r = embeddings(client, key, input=text, model="text-embedding-3-small", dimensions=1536)
+    assert_openai_error(r, 400, "dimensions", "384-dimensional", "1536")

@@ -69,10 +69,15 @@ def test_the_limit_is_the_smaller_of_the_setting_and_the_account_types():
 
 def test_model_names_and_dimension_of_the_packaged_default():
     default = ModelSpec("minilm", "embedding")
-    assert model_names(default) == {
+    assert model_names(default) == [
         "minilm", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"
-    }  # fmt: skip
-    assert model_names(ModelSpec("mine", "embedding", "/models/e5-small")) == {"mine", "e5-small"}
+    ]  # fmt: skip
+    assert model_names(ModelSpec("mine", "embedding", "/models/e5-small")) == ["mine", "e5-small"]
+    # The operator's served names come after the registry name, each once.
+    served = ("embeddings", "minilm", "all-MiniLM-L6-v2")
+    assert model_names(default, served) == [
+        "minilm", "embeddings", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"
+    ]  # fmt: skip
     assert model_dimension("") == 384
     assert model_dimension("/no/such/folder") is None
     check_dimensions(default, 384, 384)

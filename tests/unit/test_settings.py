@@ -302,6 +302,37 @@ def test_malformed_interactive_settings_name_the_variable(var, value):
         Settings.from_env({var: value})
 
 
+def test_served_model_names():
+    assert Settings.from_env({}).served_model_names == ()
+    s = Settings.from_env({"LANEWAY_SERVED_MODEL_NAMES": " embeddings , text-embedding-3-small,"})
+    assert s.served_model_names == ("embeddings", "text-embedding-3-small")
+    # The embedding model's own registry name is allowed (it changes nothing).
+    assert Settings.from_env({"LANEWAY_SERVED_MODEL_NAMES": "minilm"}).served_model_names
+
+
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("a,b,a", "twice"),
+        ("my model", "without spaces"),
+        ("x" * 129, "at most 128"),
+        ("tab\there", "without spaces"),
+        ("a?b", "URL path"),
+        ("50%", "URL path"),
+    ],
+)
+def test_malformed_served_model_names_name_the_variable(value, message):
+    with pytest.raises(SettingsError, match=f"LANEWAY_SERVED_MODEL_NAMES.*{message}"):
+        Settings.from_env({"LANEWAY_SERVED_MODEL_NAMES": value})
+
+
+def test_a_served_name_may_not_be_another_registry_model(tmp_path):
+    (tmp_path / "clf").mkdir()
+    models = '{"clf": {"kind": "sequence-classification", "path": "%s"}}' % (tmp_path / "clf")
+    with pytest.raises(SettingsError, match="LANEWAY_SERVED_MODEL_NAMES names clf, another"):
+        Settings.from_env({"LANEWAY_MODELS": models, "LANEWAY_SERVED_MODEL_NAMES": "e,clf"})
+
+
 def test_monitoring_settings_and_their_defaults():
     s = Settings.from_env({})
     assert (s.metrics, s.flower_port, s.flower_max_tasks, s.flower_url) == (True, 5555, 10000, "")
