@@ -1,11 +1,12 @@
-"""The real `openai` SDK against `laneway web` (gunicorn) and a real interactive worker:
-its vectors are /v1/embed's, its usage the tokenizer's counts, its errors the SDK's
-exceptions. With a cpu worker beside them, the examples of docs/client.md, docs/openai.md
-and docs/getting-started.md run as written, and `laneway submit` goes through the same
-client."""
+"""The real `openai` SDK, sync and async, against `laneway web` (gunicorn) and a real
+interactive worker: its vectors are /v1/embed's, its usage the tokenizer's counts, its
+models list the names it may embed with, its errors the SDK's exceptions. With a cpu worker
+beside them, the examples of docs/client.md, docs/openai.md and docs/getting-started.md run
+as written, and `laneway submit` goes through the same client."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import re
@@ -23,8 +24,16 @@ from tests.faults.harness import cpu_worker
 
 pytestmark = pytest.mark.e2e
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-# A list past 8 texts goes as several interactive requests; past 40 it is refused.
-WEB_ENV = {"LANEWAY_SYNC_MAX_ITEMS": "8", "LANEWAY_EMBEDDINGS_MAX_INPUTS": "40"}
+# A list past 8 texts goes as several interactive requests; past 40 it is refused. The
+# served names are an operator's: one of their own, and an OpenAI name for a tool that
+# takes no other (docs/openai.md, "Model names").
+SERVED = ["support-embeddings", "text-embedding-3-small"]
+WEB_ENV = {
+    "LANEWAY_SYNC_MAX_ITEMS": "8",
+    "LANEWAY_EMBEDDINGS_MAX_INPUTS": "40",
+    "LANEWAY_SERVED_MODEL_NAMES": ",".join(SERVED),
+}
+NAMES = ["minilm", *SERVED, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"]
 LOGS: dict[str, Path] = {}
 
 
@@ -51,6 +60,10 @@ def key(account_factory):
 
 def sdk(url: str, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def async_sdk(url: str, key: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
 
 
 def laneway_embed(url: str, key: str, texts: list[str]) -> list[dict]:
@@ -123,9 +136,54 @@ def test_the_sdks_errors(server, key):
         client.embeddings.create(model="minilm", input="hello", dimensions=256)
     with pytest.raises(openai.BadRequestError, match="token ids"):
         client.embeddings.create(model="minilm", input=[[101, 7592, 102]])
-    with pytest.raises(openai.NotFoundError, match="embedding models: "):
-        client.embeddings.create(model="text-embedding-3-small", input="hello")
+    with pytest.raises(openai.NotFoundError, match="embedding models: minilm, support-emb"):
+        client.embeddings.create(model="text-embedding-3-large", input="hello")
+    with pytest.raises(openai.NotFoundError, match="does not exist here") as err:
+        client.models.retrieve("text-embedding-3-large")
+    assert err.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.AuthenticationError):
+        sdk(server, "lw_not_a_key").models.list()
     assert client.embeddings.create(model="minilm", input="hello", dimensions=384).data
+
+
+def test_the_sdk_lists_and_retrieves_the_models(server, key):
+    client = sdk(server, key)
+    models = list(client.models.list())
+    assert [m.id for m in models] == NAMES
+    assert {(m.object, m.owned_by) for m in models} == {("model", "laneway")}
+    assert all(isinstance(m.created, int) and m.created > 0 for m in models)
+    # The SDK percent-encodes a slash in the id; the server reads it back.
+    for name in NAMES:
+        assert client.models.retrieve(name).id == name
+    # Every listed name embeds, with the one model: its vectors, its size.
+    text = "where is my parcel?"
+    vectors = [client.embeddings.create(model=n, input=text).data[0].embedding for n in NAMES]
+    assert {len(v) for v in vectors} == {384}
+    assert min(float(np.dot(vectors[0], v)) for v in vectors) > 0.9999
+
+
+def test_the_async_sdk(server, key):
+    texts = [f"async message {n}: refund my order" for n in range(12)]
+
+    async def calls():
+        async with async_sdk(server, key) as client:
+            answers = await asyncio.gather(
+                client.embeddings.create(model="minilm", input=texts[:6]),
+                client.embeddings.create(model="support-embeddings", input=texts[6:]),
+                client.embeddings.create(model="minilm", input="hi", encoding_format="float"),
+            )
+            listed = [m.id async for m in client.models.list()]
+            one = await client.models.retrieve("sentence-transformers/all-MiniLM-L6-v2")
+            with pytest.raises(openai.BadRequestError, match="check_embedding_ctx_length"):
+                await client.embeddings.create(model="minilm", input=[[101, 7592, 102]])
+            return answers, listed, one
+
+    answers, listed, one = asyncio.run(calls())
+    vectors = np.array([d.embedding for a in answers[:2] for d in a.data])
+    ours = np.array([r["embedding"] for r in laneway_embed(server, key, texts[:8])])
+    assert vectors.shape == (12, 384) and len(answers[2].data[0].embedding) == 384
+    assert ((vectors[:8] * ours).sum(axis=1)).min() > 0.9999
+    assert listed == NAMES and (one.id, one.object) == (NAMES[-1], "model")
 
 
 def python_blocks(doc: Path) -> list[str]:
