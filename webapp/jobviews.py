@@ -21,7 +21,7 @@ from core.queueing.celery_app import INTERACTIVE_QUEUES
 from core.store import usage
 from core.util import pricing
 from core.vocab import LANES
-from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, Result, Worker
+from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, JobItem, Result, Worker
 from db.queries import alive_workers, aware, iter_results, own_job, utcnow
 from db.session import session_factory
 from jobs.inputs import Limits
@@ -181,6 +181,33 @@ def results_page(session: Session, job: Job, number: int, per_page: int = 50) ->
         .limit(per_page)
     ).all()
     return Page(list(rows), number, per_page, total)
+
+
+# Characters of an item's text the job page shows beside its result: enough to judge the
+# answer, and a page of 50 rows stays small whatever the texts' length.
+SHOWN_CHARS = 200
+
+
+def shorten(text: str, chars: int = SHOWN_CHARS) -> str:
+    """`text` cut to at most `chars` characters, an ellipsis marking the cut."""
+    return text if len(text) <= chars else text[: chars - 1].rstrip() + "\u2026"
+
+
+def item_texts(
+    session: Session, job_id: uuid.UUID, idxs: Sequence[int], chars: int = SHOWN_CHARS
+) -> dict[int, str]:
+    """The texts of the job's items `idxs` (their place in the input), shortened: the
+    database sends no more than `chars` + 1 characters of each. job_items has no index by
+    idx (JobItem says why), so this reads the job's rows: a page view of a very large job
+    costs a scan of its items, as a download does."""
+    if not idxs:
+        return {}
+    rows = session.execute(
+        select(JobItem.idx, func.substr(JobItem.text, 1, chars + 1)).where(
+            JobItem.job_id == job_id, JobItem.idx.in_(sorted(set(idxs)))
+        )
+    )
+    return {idx: shorten(text, chars) for idx, text in rows}
 
 
 def failed_items(session: Session, job_id: uuid.UUID, limit: int = 50) -> tuple[list[Result], int]:

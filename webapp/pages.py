@@ -205,7 +205,10 @@ def job(job_id: str) -> str:
         failed, failed_total = jobviews.failed_items(db, row.id) if final else ([], 0)
         letters = jobviews.dead_letters(db, row.id, limit=100)
         waiting = jobviews.open_letters(db, row.id)
-    rows = [result_record(r) for r in results.rows] if results else []
+        page = results.rows if results else []
+        texts = jobviews.item_texts(db, row.id, [r.idx for r in (*page, *failed)])
+    # Each result beside its item's text, shortened: a person judges the answers here.
+    rows = [{**result_record(r), "text": texts.get(r.idx, "")} for r in page]
     return render_template(
         "pages/job.html",
         job=view,
@@ -213,6 +216,7 @@ def job(job_id: str) -> str:
         results=results,
         rows=rows,
         failed=failed,
+        texts=texts,
         failed_total=failed_total,
         letters=letters,
         open_letters=waiting,

@@ -166,6 +166,9 @@ def test_sign_in_submit_watch_download_and_see_the_fleet(
         assert page.eval_on_selector("#bar", "bar => bar.value") == 100
         assert page.inner_text("#status") == "succeeded" and page.inner_text("#eta") == ""
         assert page.locator("table.results tbody tr").count() == len(TEXTS)
+        # Each answer beside its text, as a person reads the page.
+        first = page.locator("table.results tbody tr").first.locator("td")
+        assert [first.nth(n).inner_text() for n in range(3)] == ["1", TEXTS[0], EXPECTED[0]]
         _shot(page, "job")
 
         with page.expect_download() as jsonl_download:

@@ -287,6 +287,39 @@ def test_submit_pasted_texts_then_watch_and_read_the_results(app, account_factor
     assert browser.get(f"/jobs/{job_id}/results?format=xml", base_url=BASE).status_code == 400
 
 
+def test_the_job_page_shows_each_items_text_beside_its_answer_escaped_and_shortened(
+    app, account_factory
+):
+    browser, _ = _signed_in(app, account_factory)
+    hostile = """<script>alert("owned")</script><img src=x onerror=alert(1)> & 'quoted'"""
+    long = "refund " + "very " * 2000 + "THE-END"
+    texts = [hostile, long, "where is my parcel?", "</td></tr></table><h1>broken</h1>"]
+    job_id = _job_id(_submit(browser, {"texts": "\n".join(texts)}))
+    _finish(job_id, n_failed=1)
+    html = browser.get(f"/jobs/{job_id}", base_url=BASE).data.decode()
+    results = re.search(r'<table class="results">.*?</table>', html, re.S).group(0)
+    cells = re.findall(
+        r'<td>(\d+)</td>\s*<td class="text">(.*?)</td>\s*<td>(.*?)</td>', results, re.S
+    )
+    assert [(n, label) for n, _, label in cells] == [
+        ("1", "billing"), ("2", "billing"), ("3", "billing"), ("4", "")
+    ]  # fmt: skip
+    shown = {n: text for n, text, _ in cells}
+    # Markup in a text is shown as text, never run or parsed.
+    assert shown["1"] == (
+        "&lt;script&gt;alert(&#34;owned&#34;)&lt;/script&gt;&lt;img src=x "
+        "onerror=alert(1)&gt; &amp; &#39;quoted&#39;"
+    )
+    assert "<script>alert" not in html and "<img src=x" not in html and "<h1>broken" not in html
+    assert shown["4"] == "&lt;/td&gt;&lt;/tr&gt;&lt;/table&gt;&lt;h1&gt;broken&lt;/h1&gt;"
+    # A long text: its start, cut within 200 characters, an ellipsis; never its whole.
+    assert shown["2"] == long[:199] + "\u2026" and "THE-END" not in html
+    assert shown["3"] == "where is my parcel?"
+    # The failed item's text is beside its error too.
+    failed = re.search(r'<table class="failed">.*?</table>', html, re.S).group(0)
+    assert '<td class="text">&lt;/td&gt;&lt;/tr&gt;' in failed and "model exploded" in failed
+
+
 def test_the_job_page_says_how_many_items_failed_and_links_to_them_all(app, account_factory):
     browser, _ = _signed_in(app, account_factory)
     texts = "\n".join(f"message number {n}" for n in range(70))

@@ -1,9 +1,10 @@
-"""The pages' shaping: the progress bar's ETA, page numbers, and the SVG charts."""
+"""The pages' shaping: the progress bar's ETA, page numbers, an item's text shortened, and
+the SVG charts."""
 
 from __future__ import annotations
 
 from webapp import charts
-from webapp.jobviews import Page, page_number, progress
+from webapp.jobviews import Page, page_number, progress, shorten
 
 
 def _view(status, done, total, started="2026-01-01T00:00:00+00:00"):
@@ -42,3 +43,12 @@ def test_charts_are_plain_svg_with_escaped_text():
     assert "NaN" not in empty and "inf" not in empty
     cost = charts.bars({"cpu": 2e-6, "gpu": None}, "cost", "${:.2e}")
     assert "$2.00e-06" in cost and "no items in the last hour" in cost
+
+
+def test_a_text_is_shortened_to_the_limit_with_an_ellipsis():
+    assert shorten("") == "" and shorten("x" * 200) == "x" * 200
+    cut = shorten("x" * 201)
+    assert len(cut) == 200 and cut.endswith("x\u2026")
+    # Space before the cut goes, so the ellipsis follows a word.
+    assert shorten("a" * 198 + "  tail") == "a" * 198 + "\u2026"
+    assert shorten("\U0001f600" * 300, chars=10) == "\U0001f600" * 9 + "\u2026"
