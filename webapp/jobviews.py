@@ -198,8 +198,8 @@ def item_texts(
 ) -> dict[int, str]:
     """The texts of the job's items `idxs` (their place in the input), shortened: the
     database sends no more than `chars` + 1 characters of each. job_items has no index by
-    idx (JobItem says why), so this reads the job's rows: a page view of a very large job
-    costs a scan of its items, as a download does."""
+    idx (JobItem says why), so this reads the job's rows: a page view costs a scan of the
+    job's items, which grows with the job."""
     if not idxs:
         return {}
     rows = session.execute(
