@@ -27,8 +27,10 @@ OPENAI_PATHS = ("/v1/embeddings", "/v1/models")
 
 def openai_shaped() -> bool:
     """Whether this request's errors take OpenAI's shape."""
+    path = request.path
     return request.blueprint == OPENAI_BLUEPRINT or (
-        request.blueprint is None and request.path.startswith(OPENAI_PATHS)
+        request.blueprint is None
+        and any(path == p or path.startswith(p + "/") for p in OPENAI_PATHS)
     )
 
 

@@ -263,6 +263,8 @@ def test_models_need_a_key_and_take_only_get(client, account_factory):
     assert_openai_error(r, 405, None, "not allowed")
     # No name at all: no route matches, and the error is still OpenAI's.
     assert_openai_error(client.get("/v1/models/", headers=auth(key)), 404, None)
+    # A path that only begins like theirs is the rest of the API's.
+    assert client.get("/v1/modelsx", headers=auth(key)).json["error"] == "not_found"
 
 
 def test_a_served_name_embeds_with_the_registry_model(worker, make_app, account_factory):
