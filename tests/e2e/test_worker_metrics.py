@@ -49,7 +49,13 @@ def test_a_worker_serves_its_metrics_and_a_failing_job_fires_the_alert(
     try:
         # Before any job: the failed jobs' series is there, at 0 (metrics.declare_series),
         # so that Prometheus sees the first failure as an increase.
-        scrape = wait_for(lambda: http.get(url, timeout=5), 30, "the worker's /metrics", procs)
+        def served() -> httpx.Response | None:
+            try:
+                return http.get(url, timeout=5)
+            except httpx.TransportError:
+                return None  # the worker answers pings a moment before it serves
+
+        scrape = wait_for(served, 30, "the worker's /metrics", procs)
         assert scrape.status_code == 200
         assert sample(scrape.text, "laneway_job_seconds_count", lane="cpu", status="failed") == 0
         assert list(pod_home.glob("metrics/*.db")), "the worker writes into its own folder"
@@ -85,8 +91,13 @@ def test_a_worker_serves_its_metrics_and_a_failing_job_fires_the_alert(
 
         bad = submit(settings, account, 3, "bad", text=f"{POISON_MARKER} broken")
         assert wait_final(settings, bad, 120, procs) == "failed"
-        scrape = http.get(url).text
-        assert sample(scrape, "laneway_job_seconds_count", lane="cpu", status="failed") == 1
+
+        # The worker counts the job's end just after committing it: the count follows.
+        def failed_count() -> float | None:
+            return sample(http.get(url).text, "laneway_job_seconds_count", lane="cpu",
+                          status="failed")  # fmt: skip
+
+        wait_for(lambda: failed_count() == 1, 30, "the failed job on /metrics", procs)
 
         def firing() -> bool:
             return any(a["labels"]["alertname"] == "LanewayJobsFailing" and a["state"] == "firing"
