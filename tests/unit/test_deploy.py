@@ -87,6 +87,14 @@ def compose(tmp_path, monkeypatch):
     return run
 
 
+def test_compose_workers_serve_no_metrics_of_their_own(compose):
+    """Compose's processes share one LANEWAY_HOME volume, which web's /metrics reads: a
+    worker serving it too would have Prometheus count each item twice."""
+    for name, service in compose(COMPOSE, COMPOSE_GPU)["services"].items():
+        env = service.get("environment") or {}
+        assert env.get("LANEWAY_WORKER_METRICS_PORT") in (None, "0"), name
+
+
 @pytest.mark.parametrize("missing", sorted(COMPOSE_SECRETS))
 def test_compose_stops_naming_a_missing_secret(tmp_path, monkeypatch, missing):
     """No secret has a default: without one (or with it empty), compose refuses to start
