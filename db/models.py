@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from core.vocab import ACCOUNT_TYPES, LANES
+from core.vocab import FINAL_JOB_STATUSES as FINAL_JOB_STATUSES  # shared with the metrics
 
 # held: accepted while its lane is full, dispatched when capacity frees (backpressure);
 # cancelling: DELETE asked for it, running chunks stop at their next micro-batch.
@@ -40,7 +41,6 @@ JOB_STATUSES = (
     "failed",
     "cancelled",
 )
-FINAL_JOB_STATUSES = ("succeeded", "partial", "failed", "cancelled")
 # split: a chunk that kept killing its workers, replaced by two halves (its children).
 CHUNK_STATES = ("held", "queued", "running", "done", "failed", "cancelled", "split")
 FINISHED_CHUNK_STATES = ("done", "failed", "cancelled", "split")

@@ -19,9 +19,8 @@ from core.obs import metrics
 # From core.obs.metrics, which picks the multiprocess folder before prometheus_client loads.
 from core.obs.metrics import (
     CollectorRegistry,
-    FolderCollector,
+    CompactingCollector,
     GaugeMetricFamily,
-    compact,
     generate_latest,
     queue_families,
 )
@@ -95,9 +94,6 @@ def exposition(settings: Settings) -> bytes:
     registry = CollectorRegistry()
     registry.register(QueueCollector(settings))
     registry.register(FleetCollector(settings))
-    if metrics.DIR is None:
-        return generate_latest(registry)
-    FolderCollector(registry, path=str(metrics.DIR))
-    with metrics.locked(metrics.DIR):
-        compact(metrics.DIR)
-        return generate_latest(registry)
+    if metrics.DIR is not None:
+        CompactingCollector(registry, path=str(metrics.DIR))
+    return generate_latest(registry)

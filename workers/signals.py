@@ -2,8 +2,9 @@
 
 The embedded Redis of a plain `celery -A tasks worker`, the lane check and niceness before
 the pool forks, the worker's identity and queues (read by the model host and the
-interactive server), tracing in each pool process, the heartbeat, and the count of chunk
-tasks running. tasks/app.py imports this module, which connects the handlers.
+interactive server), tracing in each pool process, the heartbeat, the count of chunk
+tasks running, and the worker's own /metrics where a pod's folder needs one. tasks/app.py
+imports this module, which connects the handlers.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from celery.signals import (
     worker_shutdown,
 )
 
-from core.obs import tracing
+from core.obs import metrics, metrics_server, tracing
 from core.queueing.celery_app import CHUNK_TASKS, app_settings
 from core.store.redis_conn import ensure_embedded_redis
 from core.vocab import GPU_QUEUES
@@ -132,6 +133,27 @@ def _start_heartbeat(**_: Any) -> None:
         queues = worker()["queues"]
         busy = interactive_server.activity if is_interactive(queues) else None
         start_heartbeat(**worker(), activity=busy)
+
+
+@worker_ready.connect
+def _serve_metrics(**_: Any) -> None:
+    """With LANEWAY_WORKER_METRICS_PORT, the main process serves its host's metrics folder
+    (core/obs/metrics_server.py). After the pool has forked: no pool process runs the
+    thread. A port that cannot be bound is logged, not fatal: the worker's work goes on.
+    Either way the job and item series start at 0 (metrics.declare_series)."""
+    if metrics.DIR is None:
+        return
+    metrics.declare_series()
+    settings = app_settings()
+    if not settings.worker_metrics_port:
+        return
+    host, port = settings.worker_metrics_host, settings.worker_metrics_port
+    try:
+        metrics_server.serve_folder(metrics.DIR, host, port)
+    except OSError as exc:
+        log.error("no worker /metrics on %s:%s: %s", host, port, exc)
+        return
+    log.info("worker /metrics on %s:%s", host, port)
 
 
 @worker_shutdown.connect

@@ -276,6 +276,10 @@ class Settings(BaseSettings):
     # the dashboard shows ("": http://<this host>:<flower_port>/).
     metrics: Switch = True
     flower_port: Count = 5555
+    # A worker's own /metrics (core/obs/metrics_server.py), for hosts where no web app
+    # reads its metrics folder (a Kubernetes pod's emptyDir); 0: none.
+    worker_metrics_port: Annotated[int, Field(ge=0, le=65535)] = 0
+    worker_metrics_host: Annotated[str, BeforeValidator(parse.stripped)] = "0.0.0.0"
     flower_max_tasks: Count = 10_000
     flower_url: Annotated[str, parse.parsed(parse.webhook_url("LANEWAY_FLOWER_URL"))] = ""
     # The nightly inbox: folders (default under LANEWAY_HOME), schedule (crontab, UTC), how

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.settings import Settings, get_settings
+from core.vocab import FINAL_JOB_STATUSES, LANES
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -129,6 +130,18 @@ def record_job(lane: str, status: str, seconds: float | None, cost: float | None
         COST.labels(lane).inc(cost)
 
 
+def declare_series(lanes: Sequence[str] = LANES) -> None:
+    """Every lane's job-end and item series, at 0, in this process's file. A series that
+    first appears already at 1 shows Prometheus no increase(): without this, the first
+    failed job of a worker's life would never raise LanewayJobsFailing. A worker's main
+    process declares them once; its pool processes' counts add to them at the scrape."""
+    for lane in lanes:
+        for status in FINAL_JOB_STATUSES:
+            JOB_SECONDS.labels(lane, status)
+        ITEMS_PROCESSED.labels(lane)
+        ITEMS_FAILED.labels(lane)
+
+
 def record_dead_letters(kind: str, n: int) -> None:
     DEAD_LETTERS.labels(kind).inc(n)
 
@@ -188,6 +201,17 @@ class FolderCollector(MultiProcessCollector):
     def collect(self) -> Iterator[Any]:
         files = [str(f) for f in Path(self._path).glob("*.db") if _holds_values(f)]
         return self.merge(files, accumulate=True)
+
+
+class CompactingCollector(FolderCollector):
+    """The folder at each scrape, its dead processes' files folded first (compact), under
+    the folder's lock: what a scrape of the folder serves, from the web app or a worker."""
+
+    def collect(self) -> Iterator[Any]:
+        path = Path(self._path)
+        with locked(path):
+            compact(path)
+            return iter(list(super().collect()))
 
 
 @contextmanager

@@ -9,9 +9,7 @@ from __future__ import annotations
 import re
 import time
 
-import httpx
 import pytest
-import yaml
 from sqlalchemy import delete
 
 from core.store.fleet_metrics import mark_key
@@ -20,7 +18,8 @@ from db.session import session_scope
 from tests.broker import quiesce
 from tests.e2e.procs import Proc, free_port, http, start_web, wait_for
 from tests.faults.harness import beat, submit
-from tests.monitoring import RULES, metric_names, tool
+from tests.monitoring import alerts as held_alerts
+from tests.monitoring import metric_names, prometheus_argv
 
 pytestmark = pytest.mark.e2e
 
@@ -53,23 +52,6 @@ def test_every_metric_the_dashboard_and_rules_read_is_on_a_real_scrape(web):
     assert response.status_code == 200
     missing = metric_names() - scraped_names(response.text)
     assert not missing, f"the dashboard or the rules read what /metrics does not export: {missing}"
-
-
-def prometheus_config(tmp_path, target: str) -> str:
-    """A 1 s scrape and evaluation, and rules.yml with every `for` cut to 1 s."""
-    rules = yaml.safe_load(RULES.read_text())
-    for group in rules["groups"]:
-        for rule in group["rules"]:
-            rule["for"] = "1s"
-    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": ["rules.yml"],
-        "scrape_configs": [{"job_name": "laneway", "static_configs": [{"targets": [target]}]}],
-    }
-    path = tmp_path / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
 
 
 def test_a_real_prometheus_fires_the_rules_whose_conditions_hold(
@@ -110,26 +92,13 @@ def test_a_real_prometheus_fires_the_rules_whose_conditions_hold(
         other = {"cpu": "gpu", "gpu": "cpu"}[lane]
 
         port = free_port()
-        prometheus = Proc(
-            "prometheus",
-            [tool("prometheus"), f"--config.file={prometheus_config(tmp_path, url[7:])}",
-             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-            tmp_path,
-        )  # fmt: skip
-        procs.append(prometheus)
+        procs.append(Proc("prometheus", prometheus_argv(tmp_path, url[7:], port), tmp_path))
         seen: list[dict] = []
 
         def alerts() -> list[dict]:
-            try:
-                found = http.get(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=5)
-            except httpx.TransportError:
-                return []
-            if found.status_code == 503:
-                # Prometheus answers "Service Unavailable" until its storage is ready.
-                return []
-            found.raise_for_status()
-            seen.extend(found.json()["data"]["alerts"])
-            return found.json()["data"]["alerts"]
+            now = held_alerts(http, port)
+            seen.extend(now)
+            return now
 
         def firing(name: str, **labels: str) -> bool:
             return any(

@@ -28,6 +28,8 @@ DOCKER = ROOT / "docker"
 K8S = ROOT / "deploy" / "k8s"
 COMPOSE = DOCKER / "compose.yaml"
 COMPOSE_GPU = DOCKER / "compose.gpu.yaml"
+# The release every deployment tags its images with: the server's version.
+RELEASE = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 # Commands other branches add; until they are merged here the check skips them, by name.
 ADDED_ELSEWHERE: dict[tuple[str, ...], str] = {}
 
@@ -56,17 +58,65 @@ def compose_command(tmp_path: Path, monkeypatch) -> list[str]:
     pytest.skip("no `docker compose`: neither the docker CLI's plugin nor .venv/bin/docker-compose")
 
 
+# The secrets compose requires, as an operator's docker/.env would give them.
+COMPOSE_SECRETS = {
+    "POSTGRES_PASSWORD": "pg-test-password",
+    "LANEWAY_SECRET_KEY": "k" * 32,
+    "GRAFANA_ADMIN_PASSWORD": "grafana-test-password",
+}
+
+
+def compose_config(command: list[str], files: tuple[Path, ...], env: dict[str, str]):
+    """`docker compose config` of `files`, with `env` as the only secrets given."""
+    import os
+
+    argv = [*command, *(a for f in files for a in ("-f", str(f))), "config", "--format", "json"]
+    base = {k: v for k, v in os.environ.items() if k not in COMPOSE_SECRETS}
+    return subprocess.run(argv, capture_output=True, text=True, cwd=DOCKER, env={**base, **env})
+
+
 @pytest.fixture
 def compose(tmp_path, monkeypatch):
     command = compose_command(tmp_path, monkeypatch)
 
     def run(*files: Path) -> dict:
-        argv = [*command, *(a for f in files for a in ("-f", str(f))), "config", "--format", "json"]
-        done = subprocess.run(argv, capture_output=True, text=True, cwd=DOCKER)
+        done = compose_config(command, files, COMPOSE_SECRETS)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
     return run
+
+
+def test_compose_workers_serve_no_metrics_of_their_own(compose):
+    """Compose's processes share one LANEWAY_HOME volume, which web's /metrics reads: a
+    worker serving it too would have Prometheus count each item twice."""
+    for name, service in compose(COMPOSE, COMPOSE_GPU)["services"].items():
+        env = service.get("environment") or {}
+        assert env.get("LANEWAY_WORKER_METRICS_PORT") in (None, "0"), name
+
+
+@pytest.mark.parametrize("missing", sorted(COMPOSE_SECRETS))
+def test_compose_stops_naming_a_missing_secret(tmp_path, monkeypatch, missing):
+    """No secret has a default: without one (or with it empty), compose refuses to start
+    and names it, rather than run with a password everyone can read in the repository."""
+    command = compose_command(tmp_path, monkeypatch)
+    given = {k: v for k, v in COMPOSE_SECRETS.items() if k != missing}
+    for env in (given, {**given, missing: ""}):
+        done = compose_config(command, (COMPOSE,), env)
+        assert done.returncode != 0, f"compose ran without {missing}"
+        assert f"set {missing} (" in done.stderr, done.stderr
+    assert "change-me" not in COMPOSE.read_text().lower()
+
+
+def test_compose_passes_the_secrets_through(compose):
+    services = compose(COMPOSE)["services"]
+    env = services["web"]["environment"]
+    assert env["LANEWAY_SECRET_KEY"] == COMPOSE_SECRETS["LANEWAY_SECRET_KEY"]
+    assert f":{COMPOSE_SECRETS['POSTGRES_PASSWORD']}@postgres:" in env["LANEWAY_DATABASE_URL"]
+    postgres = services["postgres"]["environment"]["POSTGRES_PASSWORD"]
+    assert postgres == COMPOSE_SECRETS["POSTGRES_PASSWORD"]
+    grafana = services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+    assert grafana == COMPOSE_SECRETS["GRAFANA_ADMIN_PASSWORD"]
 
 
 LANEWAY_SERVICES = {
@@ -87,7 +137,7 @@ def test_compose_is_accepted_and_complete(compose):
     assert services["migrate"]["command"] == ["db", "upgrade"]
     for name in LANEWAY_SERVICES - {"migrate"}:
         service = services[name]
-        assert service["image"] == "laneway:latest", name
+        assert service["image"] == f"laneway:{RELEASE}", name
         assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
         assert service["healthcheck"]["test"], f"{name} has no health check"
     for name in ("postgres", "redis"):
@@ -202,9 +252,11 @@ def test_k8s_proxy_carries_the_same_config_in_front_of_the_web_service():
     port = docs[("Service", "laneway-web")]["spec"]["ports"][0]["port"]
     web_env = dict(docs[("ConfigMap", "laneway-settings")]["data"])
     assert_proxies_web("k8s proxy", env, f"laneway-web:{port}", web_env)
-    (volume,) = pod_spec(proxy)["volumes"]
-    assert volume["configMap"]["name"] == "laneway-proxy"
-    assert container["volumeMounts"][0]["mountPath"] == "/etc/nginx/templates"
+    assert volume_at(proxy, "/etc/nginx/templates")["configMap"]["name"] == "laneway-proxy"
+    # Its root filesystem is read-only: the rendered template and nginx's temp files go to
+    # emptyDirs.
+    assert "emptyDir" in volume_at(proxy, "/etc/nginx/conf.d/default.conf")
+    assert "emptyDir" in volume_at(proxy, "/tmp/nginx.pid")
     assert container["readinessProbe"]["httpGet"]["path"] in web_routes()
     service = docs[("Service", "laneway-proxy")]["spec"]
     assert service["selector"].items() <= proxy["spec"]["template"]["metadata"]["labels"].items()
@@ -247,7 +299,7 @@ def test_compose_provisions_prometheus_and_grafana_from_deploy_monitoring(compos
 
 def test_compose_gpu_override_reserves_gpus_on_the_cuda_image(compose):
     gpu = compose(COMPOSE, COMPOSE_GPU)["services"]["worker-gpu"]
-    assert gpu["image"] == "laneway-cuda:latest"
+    assert gpu["image"] == f"laneway-cuda:{RELEASE}"
     assert "cu1" in gpu["build"]["args"]["TORCH_INDEX"]
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
@@ -384,26 +436,76 @@ def test_deployed_command_exists_with_its_arguments(where, argv):
 # --- the image ----------------------------------------------------------------------------
 
 
-def run_steps() -> list[str]:
-    text = (DOCKER / "Dockerfile").read_text()
-    text = re.sub(r"\\\n\s*", " ", text)
-    return [line[4:].strip() for line in text.splitlines() if line.startswith("RUN ")]
+def stages() -> list[tuple[str, list[tuple[str, str]]]]:
+    """docker/Dockerfile as its stages: (the FROM line, [(instruction, arguments)]), with
+    continued lines joined and comments left out."""
+    text = re.sub(r"\\\n\s*", " ", (DOCKER / "Dockerfile").read_text())
+    found: list[tuple[str, list[tuple[str, str]]]] = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        instruction, _, args = line.strip().partition(" ")
+        if instruction.upper() == "FROM":
+            found.append((args, []))
+        elif found:
+            found[-1][1].append((instruction.upper(), args.strip()))
+    return found
 
 
-def test_the_image_installs_with_the_makefiles_targets():
-    makefile = (ROOT / "Makefile").read_text()
-    targets = set(re.findall(r"^([A-Za-z][\w-]*):", makefile, re.M))
-    made = []
-    for step in run_steps():
-        for part in re.split(r"\s*&&\s*", step):
-            words = part.split()
-            assert words[0] not in ("pip", "pip3", "python", "python3"), (
-                f"not the Makefile's: {part}"
-            )
-            if words[0] == "make":
-                made += [w for w in words[1:] if "=" not in w and not w.startswith("-")]
-    assert made == ["torch", "install-runtime"]
-    assert set(made) <= targets
+def final_stage() -> list[tuple[str, str]]:
+    return stages()[-1][1]
+
+
+def test_the_image_builds_in_two_stages_with_the_makefiles_wheels():
+    (builder_from, builder), (final_from, final) = stages()
+    assert builder_from.endswith(" AS builder") and "AS" not in final_from.upper().split()
+    # Both stages start from the same base image, named by its Debian release too.
+    assert builder_from.split()[0] == final_from.split()[0] == "${PYTHON_IMAGE}"
+    base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", (DOCKER / "Dockerfile").read_text(), re.M)
+    assert base and re.fullmatch(r"python:3\.\d+-slim-\w+", base[1]), base
+    made = [
+        word
+        for i, a in builder
+        if i == "RUN"
+        for call in re.findall(r"\bmake ([^&;]*)", a)
+        for word in call.split()
+        if "=" not in word and not word.startswith("-")
+    ]
+    assert made == ["wheels"] and set(made) <= MAKE_TARGETS
+    # What the builder makes is what the Makefile makes: torch from TORCH_INDEX, then the
+    # client and the server with the tracing extra, none of them editable.
+    shown = make_dry_run("wheels", "PYTHON=python3", "WHEELS=/wheels",
+                         "TORCH_INDEX=https://download.pytorch.org/whl/cpu")  # fmt: skip
+    assert "--index-url https://download.pytorch.org/whl/cpu torch==" in shown
+    assert "./client '.[otel]'" in shown and " -e " not in shown and "dev" not in shown
+
+
+def test_the_final_stage_holds_no_source_tests_or_build_tools():
+    final = final_stage()
+    copied = [a for i, a in final if i in ("COPY", "ADD")]
+    # Nothing of the source tree: the wheels come in through a mount of the builder's.
+    assert copied == [], copied
+    runs = " ".join(a for i, a in final if i == "RUN")
+    for tool in ("make", "gcc", "g++", "build-essential", "git"):
+        assert not re.search(rf"\b{re.escape(tool)}\b", runs), f"the final stage installs {tool}"
+    assert "--mount=type=bind,from=builder,source=/wheels" in runs
+    install = re.search(r"pip install (.*)", runs)[1]
+    assert "--no-index" in install and "--find-links=/wheels" in install
+    assert " -e " not in f" {install} " and "--editable" not in install
+    assert "--no-cache-dir" in install
+
+
+def test_the_final_stage_runs_under_tini_unbuffered_and_unprivileged():
+    final = final_stage()
+    entrypoint = json.loads(next(a for i, a in final if i == "ENTRYPOINT"))
+    assert entrypoint[:2] == ["/usr/bin/tini", "--"] and entrypoint[2] == "laneway"
+    runs = " ".join(a for i, a in final if i == "RUN")
+    assert re.search(r"apt-get install -y --no-install-recommends tini\b", runs)
+    env = " ".join(a for i, a in final if i == "ENV")
+    assert re.search(r"\bPYTHONUNBUFFERED=1\b", env)
+    # A numeric user: the kubelet can check runAsNonRoot against it (deploy/k8s uses it).
+    (user,) = [a for i, a in final if i == "USER"]
+    assert user == "10001:10001"
 
 
 def make_dry_run(*args: str) -> str:
@@ -414,18 +516,7 @@ def make_dry_run(*args: str) -> str:
     ).stdout
 
 
-def test_the_image_installs_no_developer_tools(tmp_path):
-    venv = f"VENV={tmp_path}/venv"
-    runtime = [line for line in make_dry_run("install-runtime", venv).splitlines() if "-e " in line]
-    assert runtime and all("dev" not in line.split(" -e ")[1] for line in runtime), runtime
-    # The image traces once OTEL_* variables say so (core/obs/tracing.py): the otel extra.
-    assert any("-e '.[otel]'" in line for line in runtime), runtime
-    # Developers still get their tools from `make install` (and `make test`, through it).
-    assert "-e '.[dev,otel]'" in make_dry_run("install", venv)
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    tools = {re.split(r"[<>=\[ ]", d)[0] for d in project["optional-dependencies"]["dev"]}
-    needed = {re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]}
-    assert tools and not tools & needed, tools & needed
+MAKE_TARGETS = set(re.findall(r"^([A-Za-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
 
 
 def test_torch_index_picks_the_build(tmp_path):
@@ -548,11 +639,20 @@ def test_autoscaled_deployments_leave_the_count_to_their_autoscaler():
         assert "replicas" not in docs[("Deployment", name)]["spec"], name
 
 
-def test_k8s_settings_live_in_the_configmap_and_secret():
+def test_k8s_settings_live_in_the_configmap_and_a_secret_the_user_creates():
     docs = by_kind(proxy=False)
     config = docs[("ConfigMap", "laneway-settings")]["data"]
-    secret = docs[("Secret", "laneway")]["stringData"]
-    assert {"LANEWAY_DATABASE_URL", "LANEWAY_REDIS_URL"} <= set(secret)
+    # The Secret `laneway` is created by the user (docs/operations.md): no secret value is
+    # in the repository, and none of the secrets is a plain setting either.
+    assert not [key for key in docs if key[0] == "Secret"]
+    assert not {"LANEWAY_DATABASE_URL", "LANEWAY_REDIS_URL", "LANEWAY_SECRET_KEY"} & set(config)
+    # The command that creates it is documented, with every secret a pod needs.
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    command = re.search(r"kubectl (?:-n \S+ )?create secret generic laneway((?:.*\\\n)*.*)",
+                        operations)  # fmt: skip
+    assert command, "docs/operations.md does not say how to create the Secret"
+    given = set(re.findall(r"--from-literal=(\w+)=", command[1]))
+    assert given == {"LANEWAY_DATABASE_URL", "LANEWAY_REDIS_URL", "LANEWAY_SECRET_KEY"}, given
     Settings.from_env(dict(config))  # every value valid
     reference = (ROOT / "docs" / "configuration.md").read_text()
     for key in config:
@@ -655,7 +755,11 @@ def test_kustomization_lists_the_manifests_and_names_every_image():
     assert set(config["resources"]) == on_disk
     named = {image["name"] for image in config["images"]}
     used = {c["image"].split(":")[0] for d in k8s_documents() for c in containers(d)}
-    assert used == named == {"laneway", "laneway-cuda", "nginx"}
+    assert used == named == {"laneway", "laneway-cuda", "nginxinc/nginx-unprivileged"}
+    # By version: a pod restarted later runs the build the rollout ran.
+    tags = {i["name"]: i.get("newTag", "latest") for i in config["images"]}
+    assert tags["laneway"] == tags["laneway-cuda"] == RELEASE, tags
+    assert "latest" not in tags.values(), tags
 
 
 def test_the_settings_and_the_migrations_go_first():
@@ -665,11 +769,7 @@ def test_the_settings_and_the_migrations_go_first():
         if doc["metadata"].get("labels", {}).get("rollout") == "first"
     }
     # `kubectl apply -k deploy/k8s -l rollout=first` (docs/operations.md) applies these.
-    assert first == {
-        ("ConfigMap", "laneway-settings"),
-        ("Secret", "laneway"),
-        ("Job", "laneway-migrate"),
-    }
+    assert first == {("ConfigMap", "laneway-settings"), ("Job", "laneway-migrate")}
 
 
 def test_setting_the_images_rolls_every_pod_and_the_migrations(tmp_path):
@@ -683,7 +783,7 @@ def test_setting_the_images_rolls_every_pod_and_the_migrations(tmp_path):
     config["images"] = [
         {"name": "laneway", "newName": "registry.example/laneway", "newTag": "1.4.0"},
         {"name": "laneway-cuda", "newName": "registry.example/laneway-cuda", "newTag": "1.4.0"},
-        *[i for i in config["images"] if i["name"] == "nginx"],
+        *[i for i in config["images"] if i["name"] == "nginxinc/nginx-unprivileged"],
     ]
     (copy / "kustomization.yaml").write_text(yaml.safe_dump(config))
     rendered = subprocess.run(
@@ -696,5 +796,5 @@ def test_setting_the_images_rolls_every_pod_and_the_migrations(tmp_path):
     }
     assert images.pop(("Deployment", "laneway-worker-gpu")) == "registry.example/laneway-cuda:1.4.0"
     assert images.pop(("Job", "laneway-migrate")) == "registry.example/laneway:1.4.0"
-    assert images.pop(("Deployment", "laneway-proxy")) == "nginx:1.27"
+    assert images.pop(("Deployment", "laneway-proxy")) == "nginxinc/nginx-unprivileged:1.27"
     assert images and set(images.values()) == {"registry.example/laneway:1.4.0"}, images

@@ -111,3 +111,30 @@ def test_flower_is_bounded_and_persists_nothing_in_the_working_directory(tmp_pat
     argv = flower_argv(Settings(home=tmp_path), "0.0.0.0", 5555, 10000)
     assert "--max_tasks=10000" in argv and "--persistent=False" in argv
     assert f"--db={tmp_path / 'flower.db'}" in argv and "--address=0.0.0.0" in argv
+
+
+def test_every_worker_process_of_a_pod_serves_the_folder_on_one_port(tmp_path):
+    """`laneway worker gpu` runs a worker per device in one pod: each binds the pod's
+    metrics port, each answers with the whole folder (a dead process's counts included,
+    folded into the archive at the scrape), and one stopping leaves the other serving."""
+    import httpx
+
+    from core.obs.metrics_server import serve_folder
+    from tests.e2e.procs import free_port
+
+    key = mmap_key("c_total", "c_total", [], [], "a counter")
+    _write(tmp_path, f"counter_{metrics.HOST}-{2**22 + 7}.db", key, 3.0)  # no such pid
+    port = free_port()
+    first = serve_folder(tmp_path, "127.0.0.1", port)
+    second = serve_folder(tmp_path, "127.0.0.1", port)
+    try:
+        for _ in range(4):  # connections spread over both sockets
+            assert "c_total 3.0" in httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert [p.name for p in tmp_path.glob("*.db")] == ["counter_archive.db"]
+        first.shutdown()
+        first.server_close()
+        for _ in range(4):
+            assert "c_total 3.0" in httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    finally:
+        second.shutdown()
+        second.server_close()
