@@ -132,5 +132,5 @@ def _one_line(exc: Exception) -> str:
     from laneway import LanewayError
 
     if isinstance(exc, LanewayError) and exc.status == 401:
-        return f"the API key was refused (401): {exc.message}"
+        return f"the API key was refused: {exc}"
     return str(exc).replace("\n", " ")
