@@ -121,3 +121,25 @@ def test_racing_requests_with_one_key_store_one_job(app, account_factory, settin
     ids = {r.json["id"] for r in answers if r.status_code in (200, 202)}
     assert len(ids) == 1
     assert _jobs_of(settings, account.id) == 1
+
+
+def test_an_upload_sent_again_is_one_job_and_another_file_a_409(client, account_factory, settings):
+    import io
+
+    account, key = account_factory()
+
+    def upload(content: bytes):
+        data = {"file": (io.BytesIO(content), "items.csv"), "tasks": "classify"}
+        headers = auth(key) | {"Idempotency-Key": "nightly-upload"}
+        return client.post(
+            "/v1/jobs", data=data, headers=headers, content_type="multipart/form-data"
+        )
+
+    body = b"id,text\n1,refund my order\n2,my parcel is late\n"
+    first = upload(body)
+    assert first.status_code == 202, first.json
+    again = upload(body)  # a new multipart boundary, the same fields and file
+    assert again.status_code == 200 and again.json["id"] == first.json["id"]
+    other = upload(body.replace(b"late", b"lost"))
+    assert other.status_code == 409 and "different request body" in other.json["message"]
+    assert _jobs_of(settings, account.id) == 1
