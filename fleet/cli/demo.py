@@ -16,7 +16,7 @@ from core.config.settings import Settings
 from fleet.cli.common import cli_settings
 from fleet.cli.jobs import print_summary, wait_with_bar
 
-# How long the demo waits for a cpu worker's first heartbeat before it submits anyway.
+# How long the demo waits for a cpu worker to load its models before it submits anyway.
 WORKER_START_TIMEOUT = 180.0
 
 
@@ -42,12 +42,19 @@ def demo(file: Path, show: int) -> None:
 
 
 def _wait_for_a_cpu_worker(settings: Settings, check: Any) -> None:
-    """Until a cpu worker beats: the job's run time then measures this machine's
-    throughput, not a worker's start."""
+    """Until a cpu worker has loaded its models (its row's idle_since moves past its start,
+    workers/registry.py): the job's time then measures this machine's throughput, not a
+    worker's start. Gives up after WORKER_START_TIMEOUT and submits anyway."""
     from jobs.lanes import alive_workers
 
+    def ready() -> bool:
+        return any(
+            w.idle_since is not None and w.idle_since > w.started_at
+            for w in alive_workers(settings, "cpu")
+        )
+
     deadline = time.monotonic() + WORKER_START_TIMEOUT
-    while not alive_workers(settings, "cpu") and time.monotonic() < deadline:
+    while not ready() and time.monotonic() < deadline:
         check()
         time.sleep(0.5)
 
