@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import re
 import uuid
 from typing import Any
@@ -42,6 +43,7 @@ from webapp.jobviews import (
 )
 from webapp.jobviews import retry_job as send_back
 
+log = logging.getLogger(__name__)
 api = Blueprint("api", __name__, url_prefix="/v1")
 # Every endpoint here needs an account; a view cannot forget it.
 api.before_request(check_account)
@@ -114,13 +116,23 @@ def create_job():  # noqa: ANN201
         try:
             response = _store_job()
         except BaseException:
-            idempotency.release(session, account_id, key)
+            _release_quietly(session, account_id, key)
             raise
         if response.status_code == 202:
             idempotency.bind(session, account_id, key, uuid.UUID(response.json["id"]))
         else:
             idempotency.release(session, account_id, key)
         return response
+
+
+def _release_quietly(session: Session, account_id: int, key: str) -> None:
+    """Free the key of a submission that raised; the submission's error is the one to
+    answer (a database that is away fails this too; the key then expires)."""
+    try:
+        session.rollback()
+        idempotency.release(session, account_id, key)
+    except Exception:  # noqa: BLE001
+        log.warning("could not free an idempotency key after a failed submission")
 
 
 def _body_sha256() -> str:

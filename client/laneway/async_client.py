@@ -140,6 +140,7 @@ class AsyncClient(Calls):
         progress: Callable[[Job], None] | None = None,
         poll: float = 0.5,
         timeout: float | None = None,
+        check: Callable[[], None] | None = None,
     ) -> Job:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -150,6 +151,8 @@ class AsyncClient(Calls):
                 return job
             if deadline is not None and time.monotonic() > deadline:
                 raise job_timed_out(job, timeout)
+            if check is not None:
+                check()
             await asyncio.sleep(poll)
 
     async def results(self, job_id: str) -> AsyncIterator[Result]:
