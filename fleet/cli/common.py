@@ -100,10 +100,18 @@ def table(
 def api_options(command: Callable) -> Callable:
     """--url and --api-key (or LANEWAY_URL, LANEWAY_API_KEY) on a command that calls the API."""
     command = click.option(
-        "--api-key", envvar="LANEWAY_API_KEY", default=None, help="or LANEWAY_API_KEY"
+        "--api-key",
+        envvar="LANEWAY_API_KEY",
+        show_envvar=True,
+        default=None,
+        help="an API key (lw_...)",
     )(command)
     return click.option(
-        "--url", envvar="LANEWAY_URL", default=None, help="default http://WEB_HOST:WEB_PORT"
+        "--url",
+        envvar="LANEWAY_URL",
+        show_envvar=True,
+        default=None,
+        help="the web app (default http://LANEWAY_WEB_HOST:LANEWAY_WEB_PORT)",
     )(command)
 
 
