@@ -334,3 +334,23 @@ class InboxFile(Base):
     outbox_sent_at: Mapped[Timestamp]
     outbox_written_at: Mapped[Timestamp]
     notified_at: Mapped[Timestamp]
+
+
+class IdempotencyKey(Base):
+    """A submission's `Idempotency-Key`, per account: the same key and body sent again (a
+    retry whose answer was lost) returns `job_id` instead of storing a second job. The row
+    is written before the job (job_id empty while it is being stored), so two requests
+    racing with one key never both store; it expires after `expires_at`."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index("ix_idempotency_keys_expires_at", "expires_at"),)
+
+    account_id: Mapped[int] = mapped_column(
+        ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # SHA-256 of the request's body: the same key with another body is a client's mistake.
+    body_sha256: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    created_at: Mapped[CreatedAt]
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

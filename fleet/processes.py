@@ -18,6 +18,12 @@ from workers.cores import openmp_env
 log = logging.getLogger("fleet.supervisor")
 
 
+def log_level() -> str:
+    """The level celery and gunicorn log at: `laneway --log-level` (LANEWAY_LOG_LEVEL),
+    else INFO."""
+    return os.environ.get("LANEWAY_LOG_LEVEL", "INFO").upper()
+
+
 def worker_queues(lane: str) -> str:
     """The cpu worker also serves the maintenance queue: chord callbacks, the reconciler
     and alerts, short tasks that never wait behind the lanes' chunks. An interactive
@@ -32,7 +38,7 @@ def worker_argv(
         sys.executable, "-m", "celery", "-A", "tasks", "worker",
         "-Q", worker_queues(lane),
         "-n", f"{name or lane}@%h",
-        "--loglevel", "INFO",
+        "--loglevel", log_level(),
         "-E",
     ]  # fmt: skip
     if lane == "gpu":
@@ -126,6 +132,7 @@ def web_argv(settings: Settings, host: str, port: int) -> list[str]:
         "--workers", str(settings.web_workers),
         "--threads", str(settings.web_threads),
         "--access-logfile", "-",
+        "--log-level", log_level().lower(),
         # The default format logs a Basic-auth user name, which could be an API key.
         "--access-logformat", ACCESS_LOG_FORMAT,
         # Its hooks: what a worker made at start is kept out of the collector's walks.
@@ -139,7 +146,7 @@ def beat_argv(settings: Settings) -> list[str]:
     return [
         sys.executable, "-m", "celery", "-A", "tasks", "beat",
         "--schedule", str(settings.home / "celerybeat-schedule"),
-        "--loglevel", "INFO",
+        "--loglevel", log_level(),
     ]  # fmt: skip
 
 
@@ -220,9 +227,14 @@ def fleet_reporter(settings: Settings, devices: int, every: float = 10.0):  # no
 
 def worker_fleet(settings: Settings, log_dir: Path | None = None) -> Fleet:
     """`laneway fleet`: this machine's workers, gpu ones scaled from zero."""
+    from workers.devices import cuda_device_count
+
     fleet = Fleet(log_dir=log_dir, gpu_depth=gpu_depth_reader(settings))
     devices = add_workers(fleet, settings)
-    fleet.on_step = fleet_reporter(settings, len(devices))
+    # Routing is told of real GPUs only. Without CUDA the gpu lane's stand-in worker runs
+    # on CPU, slower than the cpu lane and only after a cold start: telling routing it
+    # exists sent large jobs to wait for it while the cpu workers idled.
+    fleet.on_step = fleet_reporter(settings, len(devices) if cuda_device_count() else 0)
     return fleet
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
+import re
 import uuid
 from typing import Any
 
@@ -10,7 +14,8 @@ from sqlalchemy.orm import Session
 
 from core.config.settings import Settings
 from core.obs import tracing
-from db.models import Job
+from db import idempotency
+from db.models import IdempotencyKey, Job
 from db.queries import list_keys
 from db.session import session_factory
 from jobs.inputs import (
@@ -28,6 +33,7 @@ from jobs.submit import parse_tasks, submit_job
 from webapp.admin import account_view
 from webapp.auth import app_settings, check_account, require_account
 from webapp.errors import error_response
+from webapp.joblist import job_page
 from webapp.jobviews import (
     RetryRefused,
     dead_letters,
@@ -37,6 +43,7 @@ from webapp.jobviews import (
 )
 from webapp.jobviews import retry_job as send_back
 
+log = logging.getLogger(__name__)
 api = Blueprint("api", __name__, url_prefix="/v1")
 # Every endpoint here needs an account; a view cannot forget it.
 api.before_request(check_account)
@@ -85,9 +92,85 @@ def _parse_submission(settings: Settings) -> tuple[list[str], list[str] | None, 
     return tasks, labels, items
 
 
+# Printable ASCII, as Stripe's and the IETF draft's keys are (a UUID fits).
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
 @api.post("/jobs")
 @require_account
 def create_job():  # noqa: ANN201
+    """Store a job. With an `Idempotency-Key`, the same key and body sent again answer
+    the job the first stored (200), and the key with another body is a 409."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return _store_job()
+    if not IDEMPOTENCY_KEY.fullmatch(key):
+        return _bad_request(
+            "the Idempotency-Key header must be 1 to 255 printable ASCII characters, e.g. a UUID"
+        )
+    account_id, fingerprint = g.account.id, _body_sha256()
+    with session_factory(_settings())() as session:
+        held = idempotency.claim(session, account_id, key, fingerprint)
+        if held is not None:
+            return _replay(session, held, fingerprint)
+        try:
+            response = _store_job()
+        except BaseException:
+            _release_quietly(session, account_id, key)
+            raise
+        if response.status_code == 202:
+            idempotency.bind(session, account_id, key, uuid.UUID(response.json["id"]))
+        else:
+            idempotency.release(session, account_id, key)
+        return response
+
+
+def _release_quietly(session: Session, account_id: int, key: str) -> None:
+    """Free the key of a submission that raised; the submission's error is the one to
+    answer (a database that is away fails this too; the key then expires)."""
+    try:
+        session.rollback()
+        idempotency.release(session, account_id, key)
+    except Exception:  # noqa: BLE001
+        log.warning("could not free an idempotency key after a failed submission")
+
+
+def _body_sha256() -> str:
+    """The request body's SHA-256: the raw bytes for JSON; for an upload, its form fields
+    and file (a multipart boundary differs between two sendings of one request)."""
+    digest = hashlib.sha256()
+    if request.mimetype != "multipart/form-data":
+        digest.update(request.get_data())
+        return digest.hexdigest()
+    for name, value in sorted(request.form.items(multi=True)):
+        digest.update(f"{len(name)}:{name}={len(value)}:{value};".encode())
+    for name, upload in sorted(request.files.items(multi=True), key=lambda f: f[0]):
+        digest.update(f"{len(name)}:{name}:{upload.filename};".encode())
+        for block in iter(functools.partial(upload.stream.read, 1 << 20), b""):
+            digest.update(block)
+        upload.stream.seek(0)
+    return digest.hexdigest()
+
+
+def _replay(session: Session, held: IdempotencyKey, fingerprint: str) -> Response:
+    """The answer to a key already used: its job (200), or a 409 naming the problem."""
+    if held.body_sha256 != fingerprint:
+        return _conflict(
+            "this Idempotency-Key was used with a different request body; "
+            "use a new key for a new job"
+        )
+    job = session.get(Job, held.job_id) if held.job_id is not None else None
+    if job is None:
+        return _conflict(
+            "a request with this Idempotency-Key is still being stored; send it again in a moment"
+        )
+    response = job_created(job)
+    response.status_code = 200
+    response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+def _store_job() -> Response:
     settings = _settings()
     source = "upload" if request.mimetype == "multipart/form-data" else "api"
     try:
@@ -100,6 +183,23 @@ def create_job():  # noqa: ANN201
     except LaneFull as exc:
         return lane_full(exc)
     return job_created(job)
+
+
+@api.get("/jobs")
+@require_account
+def list_jobs():  # noqa: ANN201
+    """The caller's jobs, newest first: `limit` (1-100), `cursor` (the last page's
+    `next_cursor`), `status` (comma-separated)."""
+    try:
+        page = job_page(
+            _settings(),
+            g.account.id,
+            request.args,
+            lambda job_id: url_for("api.get_job", job_id=job_id),
+        )
+    except InputError as exc:
+        return _bad_request(str(exc))
+    return jsonify(page)
 
 
 def lane_full(exc: LaneFull) -> Response:

@@ -1,11 +1,9 @@
-"""The Python client of Laneway's HTTP API (`from laneway import Client`), used by the CLI.
+"""The blocking client of Laneway's HTTP API (`from laneway import Client`); the CLI uses it.
 
-It is a thin layer over httpx (already a dependency): one connection pool, the API key
-sent as a bearer token, errors raised as `LanewayError` with the server's code and
-message. A `429` (rate limit) or `503` (a full lane, the database away, no interactive
-worker in time) is retried after the server's `Retry-After`, or with exponential
-backoff where it sends none, each wait capped (`Backoff`): Laneway answers both before
-storing anything, so sending again is safe.
+A thin layer over httpx: one connection pool, the API key sent as a bearer token, typed
+answers (laneway.types), errors raised as `LanewayError` naming the problem, and failures
+that mean "not now" sent again under the caller's `Retry` bound (laneway.retry).
+`AsyncClient` (laneway.async_client) has the same methods, awaited.
 """
 
 from __future__ import annotations
@@ -14,87 +12,51 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
-FINAL = ("succeeded", "partial", "failed", "cancelled")
-RETRIED = (429, 503)
-Item = str | tuple[str, str] | dict[str, Any]
+from laneway._base import (
+    INLINE_JOB_TIMEOUT,
+    Call,
+    Calls,
+    Item,
+    Upload,
+    http_options,
+    inline_results,
+    job_timed_out,
+    unhealthy,
+)
+from laneway._base import items_body as _items  # noqa: F401 - the 0.2 name, for callers
+from laneway.errors import ClientError, LanewayConnectionError, LanewayError, error_from
+from laneway.retry import RETRIED_ERRORS, RETRIED_STATUSES, Attempts, Backoff, Retry
+from laneway.retry import parse_retry_after as parse_retry_after
+from laneway.types import FINAL, Job, JobList, Result
+
+__all__ = ["FINAL", "Backoff", "Client", "ClientError", "LanewayError", "Retry"]
 
 
-class LanewayError(RuntimeError):
-    """An error answer: `status`, the server's `code` (e.g. invalid_input) and `message`."""
+class Client(Calls):
+    """Laneway's API for one account: jobs (submit, list, wait, results, cancel, retry)
+    and the inline endpoints (classify, score, extract, embed, OpenAI-style embeddings).
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"{status} {code}: {message}")
-        self.status, self.code, self.message = status, code, message
-
-
-ClientError = LanewayError  # the name the CLI used before
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """`Retry-After` in seconds: delta-seconds or an HTTP date (RFC 9110); None if absent
-    or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """How a refused request (429, 503) is sent again: up to `retries` more times, each
-    after the server's Retry-After or, without one, `base` x 2^attempt seconds; never
-    longer than `cap` seconds."""
-
-    retries: int = 5
-    base: float = 0.5
-    cap: float = 30.0
-
-    def delay(self, attempt: int, retry_after: str | None) -> float:
-        """Seconds to wait before retry number `attempt` (0 for the first)."""
-        asked = parse_retry_after(retry_after)
-        wait = asked if asked is not None else self.base * 2**attempt
-        return min(self.cap, max(wait, 0.0))
-
-
-class Client:
-    """Laneway's API for one account: jobs (submit, wait, results, cancel, retry) and the
-    inline endpoints (classify, score, extract, embed, OpenAI-style embeddings)."""
+    `base_url` and `api_key` default to LANEWAY_URL and LANEWAY_API_KEY; `retry` bounds
+    the retries (`backoff` is its 0.2 name); `transport` replaces the network (e.g.
+    httpx.WSGITransport(app) in tests)."""
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
         timeout: float = 60.0,
-        backoff: Backoff | None = None,
+        retry: Retry | None = None,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        backoff: Retry | None = None,
     ) -> None:
-        """`transport` replaces the network (e.g. httpx.WSGITransport(app) in tests)."""
-        self.http = httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=timeout,
-            transport=transport,
-        )
-        self.backoff = backoff or Backoff()
+        self.http = httpx.Client(**http_options(base_url, api_key, timeout), transport=transport)
+        self.retries = retry or backoff or Retry()
         self.sleep = sleep
 
     def __enter__(self) -> Client:
@@ -109,25 +71,38 @@ class Client:
     # --- transport ---------------------------------------------------------------------
 
     def _send(self, build: Callable[[], httpx.Request], stream: bool = False) -> httpx.Response:
-        """Send, waiting out 429/503 as `backoff` says; raise LanewayError on an error."""
-        attempt = 0
+        """Send, again while the answer is retryable and the `retry` bound allows; raise
+        LanewayError on an error answer, LanewayConnectionError when none came."""
+        attempts = Attempts(self.retries)
         while True:
-            response = self.http.send(build(), stream=stream)
-            if response.status_code not in RETRIED or attempt >= self.backoff.retries:
+            request = build()
+            try:
+                response = self.http.send(request, stream=stream)
+            except RETRIED_ERRORS as exc:
+                delay = attempts.next_delay(None)
+                if delay is None:
+                    raise LanewayConnectionError(str(self.http.base_url), exc) from exc
+                self.sleep(delay)
+                continue
+            if response.status_code not in RETRIED_STATUSES:
                 break
-            delay = self.backoff.delay(attempt, response.headers.get("Retry-After"))
+            delay = attempts.next_delay(response)
+            if delay is None:
+                break
             response.close()
             self.sleep(delay)
-            attempt += 1
         if response.status_code >= 400:
             if stream:
                 response.read()
-            raise _error(response)
+            raise error_from(response)
         return response
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Any API call (`json=`, `params=`, `headers=`), with the retries and errors above."""
         return self._send(lambda: self.http.build_request(method, path, **kwargs))
+
+    def _do(self, call: Call) -> Any:
+        return call.parse(self.request(call.method, call.path, **call.kwargs).json())
 
     # --- jobs --------------------------------------------------------------------------
 
@@ -136,13 +111,12 @@ class Client:
         items: Iterable[Item],
         tasks: str | Sequence[str] = "classify",
         labels: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
+        idempotency_key: str | None = None,
+    ) -> Job:
         """Submit items as a job: texts (ids are their places), (id, text) pairs or
-        {"id", "text"} objects. Returns the job (`id`, `lane`, `links`, ...)."""
-        body: dict[str, Any] = {"items": _items(items), "tasks": _tasks(tasks)}
-        if labels is not None:
-            body["labels"] = list(labels)
-        return self.request("POST", "/v1/jobs", json=body).json()
+        {"id", "text"} objects. Sent with an Idempotency-Key (a new UUID unless given), so
+        a retry after a lost answer returns the same job."""
+        return self._do(self._submit_call(items, tasks, labels, idempotency_key))
 
     def submit_file(
         self,
@@ -150,43 +124,45 @@ class Client:
         tasks: str | Sequence[str] = "classify",
         labels: str | Sequence[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Job:
         """Upload a CSV (id,text) or JSONL file, optionally .gz, streamed from disk;
         `progress(sent, total)` follows the upload in bytes."""
-        path = Path(path)
-        data = {"tasks": _tasks(tasks)}
-        if labels:
-            data["labels"] = labels if isinstance(labels, str) else ",".join(labels)
-        total = path.stat().st_size
-        opened: list[IO[bytes]] = []
-
-        def build() -> httpx.Request:
-            # Opened afresh for each attempt: a retried upload starts from its first byte.
-            for fh in opened:
-                fh.close()
-            fh = _Counted(path.open("rb"), total, progress)
-            opened.append(fh)
-            files = {"file": (path.name, fh)}
-            return self.http.build_request("POST", "/v1/jobs", files=files, data=data)
-
+        upload = Upload(self.http, path, tasks, labels, progress)
         try:
-            return self._send(build).json()
+            return Job.parse((self._send(upload.build)).json())
         finally:
-            for fh in opened:
-                fh.close()
+            upload.close()
 
-    def job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> Job:
         """The job as it is now: status, progress, counts, timings, cost."""
-        return self.request("GET", f"/v1/jobs/{job_id}").json()
+        return self._do(self._job_call(job_id))
+
+    def jobs(
+        self, status: str | Sequence[str] | None = None, limit: int = 20, cursor: str | None = None
+    ) -> JobList:
+        """A page of the caller's jobs, newest first; pass `next_cursor` for the next."""
+        return self._do(self._jobs_call(status, limit, cursor))
+
+    def iter_jobs(
+        self, status: str | Sequence[str] | None = None, page: int = 100
+    ) -> Iterator[Job]:
+        """Every one of the caller's jobs, newest first, a page at a time."""
+        cursor = None
+        while True:
+            listed = self.jobs(status, page, cursor)
+            yield from listed
+            if listed.next_cursor is None:
+                return
+            cursor = listed.next_cursor
 
     def wait(
         self,
         job_id: str,
-        progress: Callable[[dict[str, Any]], None] | None = None,
+        progress: Callable[[Job], None] | None = None,
         poll: float = 0.5,
         timeout: float | None = None,
         check: Callable[[], None] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Job:
         """Poll until the job ends and return it; `progress(job)` sees each poll, `check()`
         may raise to stop waiting (the demo's fleet died). TimeoutError past `timeout`."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -194,21 +170,20 @@ class Client:
             job = self.job(job_id)
             if progress is not None:
                 progress(job)
-            if job["status"] in FINAL:
+            if job.ended:
                 return job
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"job {job_id} still {job['status']} after {timeout} s")
+                raise job_timed_out(job, timeout)
             if check is not None:
                 check()
             time.sleep(poll)
 
-    def results(self, job_id: str) -> Iterator[dict[str, Any]]:
-        """The job's results, one record per item ({"id", ...fields} or {"id", "error"}),
-        streamed as the server reads them."""
+    def results(self, job_id: str) -> Iterator[Result]:
+        """The job's results, one per item, streamed as the server reads them."""
         with self._stream(f"/v1/jobs/{job_id}/results", {"format": "jsonl"}) as response:
             for line in response.iter_lines():
                 if line:
-                    yield json.loads(line)
+                    yield Result.parse(json.loads(line))
 
     def results_csv(self, job_id: str) -> Iterator[str]:
         """The job's results as CSV text, in pieces as they arrive."""
@@ -223,21 +198,21 @@ class Client:
         finally:
             response.close()
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
+    def cancel(self, job_id: str) -> Job:
         """Cancel: chunks not started are skipped, running ones stop at their next batch."""
-        return self.request("DELETE", f"/v1/jobs/{job_id}").json()
+        return self._do(self._cancel_call(job_id))
 
     def dead_letters(self, job_id: str) -> dict[str, Any]:
         """The job's dead letters: chunks that failed past their retries."""
-        return self.request("GET", f"/v1/jobs/{job_id}/dead-letters").json()
+        return self._do(self._dead_letters_call(job_id))
 
     def retry(self, job_id: str) -> dict[str, Any]:
         """Send the job's open dead letters back to run again."""
-        return self.request("POST", f"/v1/jobs/{job_id}/retry").json()
+        return self._do(self._retry_call(job_id))
 
     def account(self) -> dict[str, Any]:
         """The caller's account: type, limits, keys (prefixes only)."""
-        return self.request("GET", "/v1/account").json()
+        return self._do(self._account_call())
 
     # --- inline answers ----------------------------------------------------------------
 
@@ -246,42 +221,50 @@ class Client:
         items: Iterable[Item],
         labels: Sequence[str] | None = None,
         wait: float | None = None,
-    ) -> list[dict[str, Any]]:
+        job_timeout: float | None = INLINE_JOB_TIMEOUT,
+    ) -> list[Result]:
         """Labels for up to LANEWAY_SYNC_MAX_ITEMS items, answered inline."""
-        return self._inline("classify", items, labels, wait)
+        return self._inline("classify", items, labels, wait, job_timeout)
 
-    def score(self, items: Iterable[Item], wait: float | None = None) -> list[dict[str, Any]]:
+    def score(
+        self, items: Iterable[Item], wait: float | None = None,
+        job_timeout: float | None = INLINE_JOB_TIMEOUT,
+    ) -> list[Result]:  # fmt: skip
         """A rating in [-1, 1] per item."""
-        return self._inline("score", items, None, wait)
+        return self._inline("score", items, None, wait, job_timeout)
 
-    def extract(self, items: Iterable[Item], wait: float | None = None) -> list[dict[str, Any]]:
+    def extract(
+        self, items: Iterable[Item], wait: float | None = None,
+        job_timeout: float | None = INLINE_JOB_TIMEOUT,
+    ) -> list[Result]:  # fmt: skip
         """Entities per item."""
-        return self._inline("extract", items, None, wait)
+        return self._inline("extract", items, None, wait, job_timeout)
 
-    def embed(self, items: Iterable[Item], wait: float | None = None) -> list[dict[str, Any]]:
+    def embed(
+        self, items: Iterable[Item], wait: float | None = None,
+        job_timeout: float | None = INLINE_JOB_TIMEOUT,
+    ) -> list[Result]:  # fmt: skip
         """A normalized embedding (and its token count) per item."""
-        return self._inline("embed", items, None, wait)
+        return self._inline("embed", items, None, wait, job_timeout)
 
     def _inline(
         self,
         task: str,
         items: Iterable[Item],
-        labels: Sequence[str] | None = None,
-        wait: float | None = None,
-    ) -> list[dict[str, Any]]:
-        """One record per item. `wait` asks the server to wait that many seconds for the
+        labels: Sequence[str] | None,
+        wait: float | None,
+        job_timeout: float | None,
+    ) -> list[Result]:
+        """One result per item. `wait` asks the server to wait that many seconds for the
         workers (`Prefer: wait=N`); a request not answered in time became a job there
-        (202): its results are waited for and returned alike."""
-        body: dict[str, Any] = {"items": _items(items)}
-        if labels is not None:
-            body["labels"] = list(labels)
-        headers = {} if wait is None else {"Prefer": f"wait={max(0, int(wait))}"}
-        response = self.request("POST", f"/v1/{task}", json=body, headers=headers)
+        (202): it is waited for, up to `job_timeout` seconds, and its results returned."""
+        call = self._inline_call(task, items, labels, wait)
+        response = self.request(call.method, call.path, **call.kwargs)
         if response.status_code == 202:
             job_id = response.json()["id"]
-            self.wait(job_id)
+            self.wait(job_id, timeout=job_timeout)
             return list(self.results(job_id))
-        return response.json()["results"]
+        return inline_results(response.json())
 
     def embeddings(
         self,
@@ -291,8 +274,7 @@ class Client:
     ) -> dict[str, Any]:
         """`POST /v1/embeddings` (OpenAI's shape): {"data": [{"embedding", "index"}],
         "model", "usage"}."""
-        body = {"input": input, "model": model, "encoding_format": encoding_format}
-        return self.request("POST", "/v1/embeddings", json=body).json()
+        return self._do(self._embeddings_call(input, model, encoding_format))
 
     # --- the server --------------------------------------------------------------------
 
@@ -308,63 +290,4 @@ class Client:
             except httpx.TransportError:
                 pass
             time.sleep(0.2)
-        raise LanewayError(0, "unhealthy", f"the web app was not healthy within {timeout:.0f} s")
-
-
-def _error(response: httpx.Response) -> LanewayError:
-    """The server's code and message, from Laneway's or OpenAI's error shape."""
-    try:
-        body = response.json()
-    except ValueError:
-        return LanewayError(response.status_code, "http_error", response.text[:500])
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):  # OpenAI's shape (/v1/embeddings)
-        return LanewayError(response.status_code, str(error.get("code")), error.get("message"))
-    message = body.get("message", response.text) if isinstance(body, dict) else response.text
-    return LanewayError(response.status_code, str(error or "http_error"), message)
-
-
-def _tasks(tasks: str | Sequence[str]) -> str:
-    return tasks if isinstance(tasks, str) else ",".join(tasks)
-
-
-def _items(items: Iterable[Item]) -> list[dict[str, Any]]:
-    """{"id", "text"} objects from texts, (id, text) pairs or such objects."""
-    out = []
-    for n, item in enumerate(items):
-        if isinstance(item, str):
-            out.append({"id": str(n), "text": item})
-        elif isinstance(item, tuple):
-            out.append({"id": item[0], "text": item[1]})
-        else:
-            out.append(item)
-    return out
-
-
-class _Counted:
-    """A file whose reads report the bytes sent so far (httpx reads it in 64 KiB pieces)."""
-
-    def __init__(
-        self, fh: IO[bytes], total: int, progress: Callable[[int, int], None] | None
-    ) -> None:
-        self.fh, self.total, self.progress, self.sent = fh, total, progress, 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.fh.read(size)
-        self.sent += len(data)
-        if self.progress is not None and data:
-            self.progress(self.sent, self.total)
-        return data
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.sent = self.fh.seek(offset, whence)  # httpx rewinds before it sends
-        return self.sent
-
-    def tell(self) -> int:
-        return self.fh.tell()
-
-    def fileno(self) -> int:
-        return self.fh.fileno()  # httpx sizes the upload from it (Content-Length)
-
-    def close(self) -> None:
-        self.fh.close()
+        raise unhealthy(timeout)

@@ -565,7 +565,7 @@ def test_secrets_and_local_state_stay_out_of_the_image_and_git():
     for path in (".env", "docker/.env", "docker/.env.local", ".venv/bin/python", "var/laneway.db",
                  ".git/HEAD", "tasks/__pycache__/app.cpython-311.pyc"):  # fmt: skip
         assert dockerignored(path, patterns), f"the image would contain {path}"
-    for path in ("fleet/cli.py", "Makefile", "pyproject.toml", "db/migrations/env.py"):
+    for path in ("fleet/cli/__init__.py", "Makefile", "pyproject.toml", "db/migrations/env.py"):
         assert not dockerignored(path, patterns), f"the image would lack {path}"
     if shutil.which("git") and (ROOT / ".git").exists():
         for path in (".env", "docker/.env"):

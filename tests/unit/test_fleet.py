@@ -6,8 +6,11 @@ import os
 import sys
 import time
 
+import pytest
+
 from fleet.supervisor import ALWAYS, ON_DEMAND, RESTARTS_ALLOWED, Fleet
 from workers.cores import OPENMP_SPIN_COUNT
+from workers.devices import cuda_available
 
 
 def program(code: str) -> list[str]:
@@ -249,3 +252,29 @@ def test_an_operators_own_openmp_wait_policy_wins(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     env = worker_env("cpu", settings)
     assert (env["OMP_WAIT_POLICY"], env["GOMP_SPINCOUNT"]) == ("PASSIVE", "0")
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has CUDA: its devices are real")
+def test_without_cuda_routing_is_told_of_no_gpu_and_large_jobs_stay_on_cpu(settings):
+    """The demo's case: a gpu worker stands in on CPU (fallback), but routing must not
+    count it as a device, or a large job waits for its cold start while cpu workers idle."""
+    import json
+    import socket
+
+    import redis
+
+    from fleet.processes import one_machine_settings, worker_fleet
+    from jobs.lanes import FLEET_KEY
+    from jobs.planner import LiveLanes, Prices, route
+
+    fallback = one_machine_settings(settings.replace(gpu_fallback="cpu"))
+    fleet = worker_fleet(fallback)
+    assert "worker-gpu0" in fleet.children  # the stand-in still serves the gpu queue
+    fleet.on_step(fleet)
+    r = redis.Redis.from_url(settings.redis_url)
+    report = json.loads(r.get(FLEET_KEY.format(host=socket.gethostname())))
+    assert report == {"gpu_devices": 0}
+    live = LiveLanes(cpu_workers=1, gpu_workers_up=0, gpu_devices=report["gpu_devices"])
+    chosen = route("standard", 1200, gpu_threshold=500, deadline=3600, stats=None,
+                   live=live, prices=Prices.of(settings))  # fmt: skip
+    assert chosen.lane == "cpu" and "no gpu device" in chosen.reason

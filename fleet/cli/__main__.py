@@ -1,0 +1,5 @@
+"""`python -m fleet.cli`, as the `laneway` script."""
+
+from fleet.cli import main
+
+main()

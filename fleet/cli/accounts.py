@@ -1,0 +1,220 @@
+"""`laneway db` and `laneway accounts`: the schema, accounts and their API keys (read and
+written in the database directly: the operator's commands, not the API's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from core.vocab import ACCOUNT_TYPES
+from fleet.cli.common import cli_settings, json_option, table
+
+
+@click.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(revision: str) -> None:
+    """Migrate the database to the newest schema."""
+    from db.migrate import upgrade
+
+    settings = cli_settings()
+    upgrade(settings, revision=revision)
+    click.echo(f"database at {revision}: {_safe_url(settings.database_url)}")
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+@click.group()
+def accounts() -> None:
+    """Accounts and their API keys."""
+
+
+def _webhook_url(_ctx: Any, _param: Any, value: str | None) -> str | None:
+    """An http(s) URL with a host. Echoed nowhere: it may carry a secret token."""
+    if value is None:
+        return None
+    import httpx
+
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host or len(value) > 2000:
+        raise click.BadParameter(
+            "must be an http:// or https:// URL with a host (2000 chars at most)"
+        )
+    return value
+
+
+@accounts.command("create")
+@click.argument("name")
+@click.option("--type", "type_", type=click.Choice(ACCOUNT_TYPES), default="standard")
+@click.option("--admin", is_flag=True, help="may manage every account and key (/v1/admin)")
+@click.option("--key-name", default=None, help="a name for its first API key")
+@click.option("--webhook", default=None, callback=_webhook_url, help="told when inbox jobs end")
+def accounts_create(
+    name: str, type_: str, admin: bool, key_name: str | None, webhook: str | None
+) -> None:
+    """Create an account; prints its API key once, on its own line."""
+    from sqlalchemy.exc import IntegrityError
+
+    from db.queries import create_account
+    from db.session import session_scope
+
+    try:
+        with session_scope(cli_settings()) as session:
+            account, key = create_account(session, name, type_, is_admin=admin, key_name=key_name)
+            account.webhook_url = webhook
+    except IntegrityError:
+        raise click.ClickException(f"an account named {name!r} already exists") from None
+    role = " admin" if admin else ""
+    click.echo(f"created {type_}{role} account {name!r}; its API key (shown once):", err=True)
+    click.echo(key)
+
+
+@accounts.command("list")
+@json_option
+def accounts_list(as_json: bool) -> None:
+    """List accounts: id, name, type, admin, live keys."""
+    from db.queries import is_live, list_accounts, list_keys
+    from db.session import session_scope
+
+    with session_scope(cli_settings()) as session:
+        rows = [
+            {
+                "id": account.id,
+                "name": account.name,
+                "type": account.type,
+                "admin": account.is_admin,
+                "live_keys": sum(is_live(k) for k in list_keys(session, account.id)),
+            }
+            for account in list_accounts(session)
+        ]
+    if not as_json:
+        rows = [{**row, "admin": "yes" if row["admin"] else ""} for row in rows]
+    columns = (("id", 6), ("name", 30), ("type", 10), ("admin", 5), ("live_keys", 0))
+    table(rows, columns, as_json)
+
+
+@accounts.group("keys")
+def keys() -> None:
+    """An account's API keys: create, list, rotate, revoke (keys are named by prefix)."""
+
+
+def _find_account(session: Any, ref: str) -> Any:
+    from db.queries import find_account
+
+    account = find_account(session, ref)
+    if account is None:
+        raise click.ClickException(f"no account {ref!r} (give its name or id)")
+    return account
+
+
+def _find_key(session: Any, prefix: str) -> Any:
+    from db.queries import find_key
+
+    row = find_key(session, prefix)
+    if row is None:
+        raise click.ClickException(f"no API key with prefix {prefix!r} (e.g. lw_0123456789ab)")
+    return row
+
+
+def _print_key(key: str) -> None:
+    click.echo("the new API key (shown once):", err=True)
+    click.echo(key)
+
+
+@keys.command("create")
+@click.argument("account")
+@click.option("--name", default=None, help="what the key is for, e.g. nightly-upload")
+def keys_create(account: str, name: str | None) -> None:
+    """Add an API key to ACCOUNT (name or id); prints it once."""
+    from db.queries import add_api_key
+    from db.session import session_scope
+
+    with session_scope(cli_settings()) as session:
+        _, key = add_api_key(session, _find_account(session, account), name)
+    _print_key(key)
+
+
+@keys.command("list")
+@click.argument("account")
+@json_option
+def keys_list(account: str, as_json: bool) -> None:
+    """List ACCOUNT's keys by prefix (the keys themselves are never stored)."""
+    from db.queries import aware, is_live, list_keys
+    from db.session import session_scope
+
+    rows = []
+    with session_scope(cli_settings()) as session:
+        for row in list_keys(session, _find_account(session, account).id):
+            if row.revoked_at is None:
+                state = "live"
+            else:
+                when = aware(row.revoked_at).isoformat(timespec="seconds")
+                state = f"live until {when}" if is_live(row) else f"revoked {when}"
+            created = aware(row.created_at).isoformat(timespec="seconds")
+            rows.append({"prefix": row.prefix, "name": row.name or "", "created": created,
+                         "state": state})  # fmt: skip
+    table(rows, (("prefix", 16), ("name", 24), ("created", 25), ("state", 0)), as_json)
+
+
+@keys.command("rotate")
+@click.argument("prefix")
+@click.option(
+    "--grace", default=0, show_default=True, type=click.IntRange(0, 30 * 24 * 3600),
+    help="seconds the old key keeps working",
+)  # fmt: skip
+def keys_rotate(prefix: str, grace: int) -> None:
+    """Replace the key PREFIX with a new one; the old one stops after --grace seconds."""
+    from db.queries import is_live, rotate_key
+    from db.session import session_scope
+
+    with session_scope(cli_settings()) as session:
+        row = _find_key(session, prefix)
+        if not is_live(row):
+            raise click.ClickException(f"the key {prefix} is already revoked")
+        _, key = rotate_key(session, row, grace)
+    _print_key(key)
+
+
+@keys.command("revoke")
+@click.argument("prefix")
+def keys_revoke(prefix: str) -> None:
+    """Revoke the key PREFIX now."""
+    from db.queries import revoke_key
+    from db.session import session_scope
+
+    with session_scope(cli_settings()) as session:
+        revoke_key(session, _find_key(session, prefix))
+    click.echo(f"revoked {prefix}")
+
+
+@accounts.command("webhook")
+@click.argument("name")
+@click.argument("url", required=False, callback=_webhook_url)
+@click.option("--clear", is_flag=True, help="remove the account's webhook")
+def accounts_webhook(name: str, url: str | None, clear: bool) -> None:
+    """Set (or --clear) the URL told when the account's inbox jobs reach the outbox."""
+    from sqlalchemy import select
+
+    from db.models import Account
+    from db.session import session_scope
+
+    if (url is None) != clear:
+        raise click.UsageError("give a URL, or --clear")
+    with session_scope(cli_settings()) as session:
+        account = session.scalar(select(Account).where(Account.name == name))
+        if account is None:
+            raise click.ClickException(f"no account named {name!r}")
+        account.webhook_url = url
+    click.echo(f"webhook {'cleared' if clear else 'set'} for account {name!r}")

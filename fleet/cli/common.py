@@ -1,0 +1,144 @@
+"""What the command groups share: settings, running a child process, printing tables (or
+JSON with --json), and reaching the API with errors as one line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from core.config.settings import Settings, SettingsError, get_settings
+
+log = logging.getLogger("laneway")
+# The level `--log-level` gave, for the processes `laneway up`, `worker`, `web` and `beat`
+# start (fleet/processes.py reads it); unset, they log at INFO.
+LOG_LEVEL_ENV = "LANEWAY_LOG_LEVEL"
+
+
+def cli_settings() -> Settings:
+    try:
+        return get_settings()
+    except SettingsError as exc:
+        raise click.ClickException(f"invalid setting: {exc}") from None
+
+
+# Signals `laneway` passes on to its child. A container's runtime (docker stop, a pod's
+# termination) sends SIGTERM to PID 1 alone: without this, laneway would die and the
+# celery or gunicorn child would be killed later without its warm shutdown. A terminal's
+# Ctrl-C already reaches the whole process group, so SIGINT is not passed on (a second
+# SIGINT makes a celery worker's shutdown cold); a second SIGTERM changes nothing.
+FORWARDED_SIGNALS = (signal.SIGTERM,)
+
+
+def run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
+    """Run one process in the foreground, keeping the embedded Redis alive around it;
+    SIGTERM is passed on to it, and its exit status is returned (128 + N if signal N
+    ended it, as a shell reports)."""
+    from core.store.redis_conn import embedded_redis
+    from fleet.lifeline import die_with_parent
+
+    child: list[subprocess.Popen] = []
+    pending: list[int] = []
+
+    def forward(signum: int, _frame: Any) -> None:
+        if child:
+            child[0].send_signal(signum)
+        else:
+            pending.append(signum)  # arrived before the child existed: sent once it does
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+    try:
+        with embedded_redis(cli_settings()):
+            # The child dies with laneway, should laneway be killed (fleet/lifeline.py).
+            full_env = {**os.environ, **(env or {})}
+            child.append(subprocess.Popen(argv, env=full_env, preexec_fn=die_with_parent()))
+            for signum in pending:
+                child[0].send_signal(signum)
+            while True:
+                try:
+                    code = child[0].wait()
+                    break
+                except KeyboardInterrupt:
+                    continue  # the child got the same SIGINT: wait for its own shutdown
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code if code >= 0 else 128 - code
+
+
+# --- output ------------------------------------------------------------------------------
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="one JSON object per line instead of a table"
+)
+
+
+def table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, int]], as_json: bool
+) -> None:
+    """Rows as aligned columns (name, width; the last column unpadded), or as JSON lines."""
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row, default=str))
+        return
+    click.echo("  ".join(f"{name:{width}}" for name, width in columns).rstrip())
+    for row in rows:
+        cells = ["" if row.get(name) is None else str(row[name]) for name, _ in columns]
+        click.echo("  ".join(f"{c:{w}}" for c, (_, w) in zip(cells, columns, strict=True)).rstrip())
+
+
+# --- the API -----------------------------------------------------------------------------
+
+
+def api_options(command: Callable) -> Callable:
+    """--url and --api-key (or LANEWAY_URL, LANEWAY_API_KEY) on a command that calls the API."""
+    command = click.option(
+        "--api-key",
+        envvar="LANEWAY_API_KEY",
+        show_envvar=True,
+        default=None,
+        help="an API key (lw_...)",
+    )(command)
+    return click.option(
+        "--url",
+        envvar="LANEWAY_URL",
+        show_envvar=True,
+        default=None,
+        help="the web app (default http://LANEWAY_WEB_HOST:LANEWAY_WEB_PORT)",
+    )(command)
+
+
+@contextmanager
+def api(url: str | None, api_key: str | None) -> Iterator[Any]:
+    """A client of the API; any failure (a refused connection, a bad key, a missing job)
+    ends the command with one line naming it and exit status 1."""
+    from laneway import Client, LanewayError, Retry
+
+    if not api_key:
+        raise click.ClickException("no API key: pass --api-key or set LANEWAY_API_KEY")
+    if url is None:
+        s = cli_settings()
+        url = f"http://{s.web_host}:{s.web_port}"
+    try:
+        # A command's caller is waiting at a terminal: a few retries, not minutes of them.
+        with Client(url, api_key, retry=Retry(retries=3, total=15.0)) as client:
+            yield client
+    except LanewayError as exc:
+        raise click.ClickException(_one_line(exc)) from None
+    except TimeoutError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _one_line(exc: Exception) -> str:
+    from laneway import LanewayError
+
+    if isinstance(exc, LanewayError) and exc.status == 401:
+        return f"the API key was refused: {exc}"
+    return str(exc).replace("\n", " ")
