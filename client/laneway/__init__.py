@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from laneway.retry import Backoff, Retry
     from laneway.types import Job, JobList, Progress, Result
 
-__version__ = "0.3.0"
+__version__ = "0.2.0"
 # Where each public name lives; imported on first use, so `import laneway` stays cheap
 # for a caller that only reads the version (the CLI's --version).
 _HOMES = {

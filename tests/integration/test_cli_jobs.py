@@ -151,7 +151,13 @@ def test_json_on_the_operators_tables(account_factory):
 def test_version():
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
-    assert result.stdout.startswith("laneway ") and "(client 0.3.0)" in result.stdout
+    from importlib.metadata import version
+
+    import laneway
+
+    server, client = version("laneway-server"), version("laneway")
+    assert result.stdout == f"laneway {server} (client {client})\n"
+    assert client == laneway.__version__
 
 
 def test_log_level_reaches_the_processes_laneway_starts(monkeypatch):
