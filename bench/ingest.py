@@ -61,9 +61,9 @@ def ingest_one(path: Path, dispatch: bool) -> dict:
     from sqlalchemy import delete
 
     from core.config.settings import get_settings
+    from db.accounts import create_account
     from db.migrate import upgrade
     from db.models import Job
-    from db.queries import create_account
     from db.session import session_scope
     from jobs.inbox import store_file
 

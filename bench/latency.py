@@ -297,9 +297,9 @@ def main() -> None:
 
     from bench.throughput import Bare, load_texts
     from core.config.settings import get_settings
+    from db.accounts import create_account
     from db.migrate import upgrade
     from db.models import Chunk, Job
-    from db.queries import create_account
     from db.session import session_scope
     from inference.precision import choose
     from jobs.submit import submit_job

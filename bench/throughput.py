@@ -176,8 +176,8 @@ def run_fleet(
     import uuid
 
     from core.config.settings import get_settings
+    from db.accounts import create_account
     from db.models import FINAL_JOB_STATUSES, Job
-    from db.queries import create_account
     from db.session import session_scope
     from fleet.processes import worker_env
     from jobs.submit import submit_job

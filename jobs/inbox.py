@@ -45,8 +45,9 @@ from core.config.settings import Settings, get_settings
 from core.obs.logsafe import printable, unprintable
 from core.queueing.celery_app import TRANSIENT_ERRORS
 from core.util import safefs
+from db.common import aware
+from db.intake import ChunkRef
 from db.models import Account, InboxFile, Job
-from db.queries import ChunkRef, aware
 from db.session import session_factory
 from jobs.inputs import (
     FILE_TYPES,

@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 from core.config.settings import Settings, get_settings
 from core.queueing.broker import lane_depths
 from core.store.redis_conn import redis_client
-from db import queries
+from db import common
+from db.common import utcnow
 from db.models import Chunk, Worker
-from db.queries import utcnow
 from db.session import session_scope
 from jobs.planner import LaneStats, LiveLanes
 
@@ -38,7 +38,7 @@ def alive_workers(
     """Worker processes beating now, or heard from since `since` (optionally: those
     consuming `lane`), detached from their session."""
     with session_scope(settings) as session:
-        workers = queries.alive_workers(session, settings.worker_dead_after, lane, since)
+        workers = common.alive_workers(session, settings.worker_dead_after, lane, since)
         session.expunge_all()
     return workers
 
@@ -162,7 +162,7 @@ def live_lanes(settings: Settings, session: Session) -> LiveLanes:
     the same pool, taken while the first is held, deadlocks the pool once as many callers
     do it at once as it has connections (a burst of fallback jobs would wait out the pool's
     timeout)."""
-    workers = queries.alive_workers(session, settings.worker_dead_after)
+    workers = common.alive_workers(session, settings.worker_dead_after)
     try:
         r = redis_client(settings)
         backlog = {

@@ -26,6 +26,8 @@ from core.queueing.dispatch import dispatch_job
 from core.store.redis_conn import redis_client
 from core.util.isolate import Failure
 from core.vocab import LANES
+from db.common import aware, chunk_items, record_event, utcnow
+from db.intake import first_stage
 from db.models import (
     FINAL_JOB_STATUSES,
     Chunk,
@@ -33,15 +35,7 @@ from db.models import (
     Job,
     JobItem,
 )
-from db.queries import (
-    aware,
-    chunk_items,
-    finalize_job,
-    first_stage,
-    record_event,
-    upsert_results,
-    utcnow,
-)
+from db.results import finalize_job, upsert_results
 from db.session import after_commit, session_scope
 from jobs.outbox import send_outbox
 

@@ -25,8 +25,9 @@ from core.queueing.celery_app import sending_app, visibility_timeout
 from core.queueing.result_backend import fire_and_forget
 from core.util import safefs
 from core.util.webhooks import post_json
+from db.common import utcnow
 from db.models import FINAL_JOB_STATUSES, Account, InboxFile, Job
-from db.queries import failure_summary, iter_results, utcnow
+from db.results import failure_summary, iter_results
 from db.session import after_commit, session_factory, session_scope
 from jobs.inputs import file_kind
 from jobs.results import csv_blocks, job_view, jsonl_lines

@@ -11,8 +11,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from core.config.settings import Settings
+from db.common import aware
 from db.models import FINAL_JOB_STATUSES, Job
-from db.queries import aware, items_done, job_cost, job_runtimes
+from db.results import items_done, job_cost, job_runtimes
 from jobs.exports import spreadsheet_safe
 
 

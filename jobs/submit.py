@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 from core.config.settings import ModelSpec, Settings, get_settings
 from core.queueing.dispatch import dispatch_job
 from core.vocab import TASKS
+from db.intake import ChunkRef, DuplicateItem, chunk_refs, create_job, stage_items
 from db.models import Account, Job
-from db.queries import ChunkRef, DuplicateItem, chunk_refs, create_job, stage_items
 from db.session import after_commit, session_factory
 from jobs.inputs import InputError, ItemStream, item_stream
 from jobs.lanes import live_lanes, read_lane_stats

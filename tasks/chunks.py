@@ -35,8 +35,9 @@ from core.store.cache import CachePlan, ResultCache, StoreBeside, cached_compute
 from core.store.redis_conn import redis_client
 from core.util.faults import model_stage_check
 from core.util.isolate import Failure, isolate
+from db.common import chunk_items, mark_job_running, utcnow
 from db.models import FINISHED_CHUNK_STATES, OPEN_CHUNK_STATES, Chunk, Job
-from db.queries import chunk_items, mark_job_running, upsert_results, utcnow
+from db.results import upsert_results
 from db.session import after_commit, session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun

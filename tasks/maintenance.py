@@ -25,8 +25,8 @@ from core.queueing.dispatch import chunk_task_ids, send_chunks
 from core.store.fleet_metrics import mark
 from core.store.redis_conn import redis_client
 from core.vocab import LANES
+from db.common import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
 from db.models import Chunk, Job, Worker
-from db.queries import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
 from db.session import after_commit, session_scope
 from jobs.lanes import alive_workers
 from jobs.lifecycle import attempt_limit, exhaust_chunk, release_held_jobs, settle

@@ -17,8 +17,8 @@ from celery import shared_task
 
 from core.config.settings import Settings
 from core.queueing.celery_app import LanewayTask, app_settings
+from db.common import aware, utcnow
 from db.models import Worker
-from db.queries import aware, utcnow
 from jobs.lanes import alive_workers, measure_lanes, store_lane_stats
 from tasks.app import app
 from workers.devices import model_device

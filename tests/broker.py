@@ -14,8 +14,8 @@ from core.queueing.broker import UNACKED, UNACKED_INDEX, queue_keys
 from core.queueing.celery_app import QUEUES
 from core.store.interactive_protocol import requests_key
 from core.vocab import LANES
+from db.common import UNSETTLED_CHUNK_STATES, utcnow
 from db.models import FINAL_JOB_STATUSES, Chunk, Job
-from db.queries import UNSETTLED_CHUNK_STATES, utcnow
 from db.session import session_scope
 
 

@@ -7,8 +7,10 @@ import uuid
 from collections.abc import Sequence
 from datetime import timedelta
 
+from db.accounts import create_account
+from db.common import chunks_of, utcnow
+from db.intake import create_job
 from db.models import Worker
-from db.queries import chunks_of, create_account, create_job, utcnow
 from db.session import session_scope
 from jobs.planner import plan_chunks
 

@@ -13,10 +13,8 @@ from sqlalchemy.orm import Session
 
 from core.config.settings import Settings
 from core.vocab import ACCOUNT_TYPES
-from db.models import Account, ApiKey
-from db.queries import (
+from db.accounts import (
     add_api_key,
-    aware,
     create_account,
     find_key,
     is_live,
@@ -26,6 +24,8 @@ from db.queries import (
     revoke_key,
     rotate_key,
 )
+from db.common import aware
+from db.models import Account, ApiKey
 from db.session import session_factory
 from jobs.inputs import InputError, check_storable, parse_json_body
 from webapp.auth import app_settings, check_admin, key_cache

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from core.config.settings import Settings
 from core.obs import tracing
 from db import idempotency
+from db.accounts import list_keys
 from db.models import IdempotencyKey, Job
-from db.queries import list_keys
 from db.session import session_factory
 from jobs.inputs import (
     InputError,

@@ -15,8 +15,8 @@ from typing import Any
 from flask import abort, current_app, g, request, session
 
 from core.config.settings import Settings
+from db.accounts import is_live, live_key
 from db.models import Account, ApiKey
-from db.queries import is_live, live_key
 from db.session import session_factory
 from webapp import sessions
 from webapp.keycache import KeyCache, KeyRow, key_row

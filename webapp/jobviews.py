@@ -21,8 +21,9 @@ from core.queueing.celery_app import INTERACTIVE_QUEUES
 from core.store import usage
 from core.util import pricing
 from core.vocab import LANES
+from db.common import alive_workers, aware, own_job, utcnow
 from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, JobItem, Result, Worker
-from db.queries import alive_workers, aware, iter_results, own_job, utcnow
+from db.results import iter_results
 from db.session import session_factory
 from jobs.inputs import Limits
 from jobs.lifecycle import retry_dead_letters

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from db.accounts import hash_key, is_live
 from db.models import Account, ApiKey
-from db.queries import hash_key, is_live
 
 log = logging.getLogger(__name__)
 

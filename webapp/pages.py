@@ -34,8 +34,8 @@ from wtforms.widgets import CheckboxInput, ListWidget
 from core.queueing.broker import queue_depths
 from core.store.redis_conn import redis_client
 from core.vocab import TASKS
+from db.accounts import live_key
 from db.models import FINAL_JOB_STATUSES
-from db.queries import live_key
 from db.session import session_factory
 from jobs.inputs import InputError, file_items, json_items, parse_labels
 from jobs.lifecycle import LaneFull

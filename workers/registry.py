@@ -28,8 +28,8 @@ from sqlalchemy.orm import Session
 
 from core.config.settings import Settings, get_settings
 from core.vocab import GPU_QUEUES
+from db.common import aware, utcnow
 from db.models import Worker, WorkerEvent
-from db.queries import aware, utcnow
 from db.session import session_scope
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The pricing rule, in one place: CPU stages (pre- and post-processing) at the CPU price,
 the model stage at the price of the device it ran on (GPU-seconds on CUDA, CPU-seconds
-otherwise). A job's cost (db/queries.job_cost) and the dashboard's cost per item
+otherwise). A job's cost (db/results.job_cost) and the dashboard's cost per item
 (webapp/jobviews.py) both apply it."""
 
 from __future__ import annotations

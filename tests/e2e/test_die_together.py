@@ -138,8 +138,8 @@ def forget_the_gpu_lane(settings) -> None:
 
     from core.queueing.broker import UNACKED, UNACKED_INDEX, queue_keys
     from core.store.redis_conn import redis_client
+    from db.common import utcnow
     from db.models import Worker
-    from db.queries import utcnow
     from db.session import session_scope
 
     r = redis_client(settings)

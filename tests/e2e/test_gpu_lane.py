@@ -136,7 +136,7 @@ def gpu_workers_report(settings) -> str:
 
 
 def now_db(settings):
-    from db.queries import utcnow
+    from db.common import utcnow
 
     return utcnow()
 

@@ -13,7 +13,7 @@ def auth(key: str) -> dict[str, str]:
 
 def store_results(job_id: str, rows: list[dict]) -> None:
     """Write results as a worker would (no worker runs in these tests)."""
-    from db.queries import upsert_results
+    from db.results import upsert_results
     from db.session import session_scope
 
     with session_scope() as session:

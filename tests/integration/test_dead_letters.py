@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select
 
 from core.vocab import POISON_MARKER
+from db.common import chunk_items
 from db.models import Chunk, DeadLetter, Job, JobEvent, Result
-from db.queries import chunk_items
 from db.session import session_scope
 from jobs.lifecycle import retry_dead_letters
 from tasks.chunks import run_chunk

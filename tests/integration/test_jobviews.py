@@ -12,8 +12,9 @@ import redis
 from sqlalchemy import select
 
 from core.store import usage
+from db.accounts import create_account
+from db.intake import create_job
 from db.models import Chunk
-from db.queries import create_account, create_job
 from db.session import session_scope
 from jobs.planner import plan_chunks
 from webapp import jobviews

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from sqlalchemy import update
 
+from db.common import utcnow
 from db.models import ApiKey
-from db.queries import utcnow
 from db.session import session_scope
 from tests.integration.conftest import auth
 from webapp.keycache import KeyCache

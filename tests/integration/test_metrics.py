@@ -99,8 +99,8 @@ def test_metrics_show_the_fleets_health_from_postgres_and_redis(client, settings
     from sqlalchemy import delete, update
 
     from core.store.fleet_metrics import mark, mark_key
+    from db.common import utcnow
     from db.models import DeadLetter, Worker
-    from db.queries import utcnow
     from db.session import session_scope
     from tests.factories import add_worker, stored_job
 

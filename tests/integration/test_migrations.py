@@ -138,7 +138,8 @@ def test_results_are_compressed_with_lz4_and_stay_readable_across_the_change():
     from sqlalchemy import text
     from sqlalchemy.orm import Session
 
-    from db.queries import create_account, create_job
+    from db.accounts import create_account
+    from db.intake import create_job
     from jobs.planner import plan_chunks
 
     name = f"laneway_mig_{uuid.uuid4().hex[:8]}"

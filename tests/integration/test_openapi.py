@@ -14,8 +14,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from sqlalchemy import select
 
+from db.accounts import create_account
 from db.models import Account, Chunk, Job
-from db.queries import create_account
 from db.session import session_scope
 from tests.integration.conftest import auth
 

@@ -19,8 +19,9 @@ from sqlalchemy import update
 from core.config.settings import Settings
 from core.util.safefs import Refused
 from core.util.webhooks import WebhookError
+from db.common import utcnow
 from db.models import Chunk, InboxFile
-from db.queries import finalize_job, upsert_results, utcnow
+from db.results import finalize_job, upsert_results
 from db.session import session_scope
 from jobs.inbox import scan_inbox
 from jobs.outbox import notify_webhook, resend_lost_outbox, send_outbox, write_outbox

@@ -206,7 +206,7 @@ def _finish(job_id: str, n_failed: int = 0, letter: bool = False) -> None:
     from sqlalchemy import select, update
 
     from db.models import Chunk, DeadLetter, JobItem
-    from db.queries import upsert_results
+    from db.results import upsert_results
     from db.session import session_scope
     from jobs.lifecycle import settle
 
@@ -245,7 +245,7 @@ def _finish(job_id: str, n_failed: int = 0, letter: bool = False) -> None:
 
 
 def func_now():
-    from db.queries import utcnow
+    from db.common import utcnow
 
     return utcnow()
 

@@ -11,7 +11,7 @@ from sqlalchemy import update
 
 from core.config.settings import Settings
 from db.models import Chunk, Job
-from db.queries import finalize_job, job_runtimes
+from db.results import finalize_job, job_runtimes
 from db.session import session_scope
 from inference.precision import choose, runtime_label
 from tests.factories import stored_job

@@ -4,22 +4,20 @@ import uuid
 
 from sqlalchemy import func, select
 
-from db.models import Account, Chunk, JobItem, Result
-from db.queries import (
+from db.accounts import (
     account_for_key,
     add_api_key,
-    chunk_items,
-    chunks_of,
     create_account,
-    create_job,
-    finalize_job,
     find_key,
     key_prefix,
     list_keys,
     revoke_key,
     rotate_key,
-    upsert_results,
 )
+from db.common import chunk_items, chunks_of
+from db.intake import create_job
+from db.models import Account, Chunk, JobItem, Result
+from db.results import finalize_job, upsert_results
 from jobs.planner import plan_chunks
 
 

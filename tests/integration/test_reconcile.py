@@ -14,8 +14,8 @@ import redis
 from sqlalchemy import func, select
 
 from core.queueing.broker import UNACKED, UNACKED_INDEX
+from db.common import utcnow
 from db.models import Chunk, DeadLetter, Job, JobEvent, Result, Worker
-from db.queries import utcnow
 from db.session import session_scope
 from jobs.lifecycle import attempt_limit, cancel_job, release_held_jobs
 from tasks.maintenance import finalize_orphaned_jobs, mark_dead_workers, recover_chunks

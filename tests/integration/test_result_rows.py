@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from db.models import Result
-from db.queries import iter_results, upsert_results
+from db.results import iter_results, upsert_results
 from db.session import session_factory, session_scope
 from jobs.results import jsonl_lines
 from tests.factories import stored_job

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import redis
 
+from db.common import utcnow
 from db.models import Chunk, Job
-from db.queries import utcnow
 from db.session import session_scope
 from jobs.lanes import (
     FLEET_KEY,

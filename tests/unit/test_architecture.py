@@ -63,19 +63,19 @@ def test_the_tree_keeps_every_contract():
         # Model code that learned about the queue.
         ("inference/queue.py", "import celery\n", "inference is model code only"),
         # Two modules of one room importing each other.
-        ("db/loop.py", "import db.queries\n", "no cycle"),
+        ("db/loop.py", "import db.results\n", "no cycle"),
     ],
 )
 def test_a_planted_import_breaks_its_contract(tree, path, line, broken):
     planted = tree / path
-    original = (tree / "db" / "queries.py").read_text()
+    original = (tree / "db" / "results.py").read_text()
     planted.write_text(line)
     if path == "db/loop.py":
-        (tree / "db" / "queries.py").write_text(original + "\nimport db.loop  # noqa\n")
+        (tree / "db" / "results.py").write_text(original + "\nimport db.loop  # noqa\n")
     try:
         done = lint(tree)
     finally:
         planted.unlink()
-        (tree / "db" / "queries.py").write_text(original)
+        (tree / "db" / "results.py").write_text(original)
     assert done.returncode != 0, done.stdout[-2000:]
     assert broken in done.stdout.split("Broken contracts")[-1]

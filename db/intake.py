@@ -1,0 +1,230 @@
+"""A job's intake: items staged as they arrive, then the job, its items (in length order)
+and its chunks written in one transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from sqlalchemy import (
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    Uuid,
+    func,
+    insert,
+    literal,
+    select,
+)
+from sqlalchemy.orm import Session
+from sqlalchemy.schema import CreateTable
+
+from db.common import record_event
+from db.models import Chunk, Job, JobItem
+
+# Items pass through a temporary table on their way to job_items: they arrive in input
+# order, one at a time, and each needs its place in length order (`pos`), known only once
+# all have arrived. One INSERT ... SELECT then sorts them in the database, so this process
+# never holds them.
+STAGED = Table(
+    "laneway_staged_items",
+    MetaData(),
+    Column("idx", Integer, nullable=False),
+    Column("place", Integer, nullable=False),
+    Column("item_id", String(200), nullable=False),
+    Column("text", Text, nullable=False),
+    prefixes=["TEMPORARY"],
+)
+SQLITE_BATCH = 5000
+CHUNK_BATCH = 1000  # chunk rows per INSERT: a million items make 3,907 chunks of 256
+
+
+@dataclass(frozen=True)
+class Staged:
+    """Items waiting in this transaction's temporary table for their job."""
+
+    count: int
+
+
+class DuplicateItem(ValueError):
+    """Two staged items share an id: `place` repeats the id first seen at `first`."""
+
+    def __init__(self, item_id: str, place: int, first: int) -> None:
+        super().__init__(f"duplicate id {item_id!r}")
+        self.item_id, self.place, self.first = item_id, place, first
+
+
+def _create_staged(session: Session) -> None:
+    conn = session.connection()
+    ddl = str(CreateTable(STAGED).compile(dialect=conn.dialect)).strip()
+    if conn.dialect.name == "postgresql":
+        # One round trip; gone at commit (or with a rollback).
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {STAGED.name}; {ddl} ON COMMIT DROP")
+    else:
+        # pysqlite runs DDL outside the transaction: a table left by a rolled-back job
+        # may still be there.
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS temp.{STAGED.name}")
+        conn.exec_driver_sql(ddl)
+
+
+def stage_items(
+    session: Session,
+    rows: Iterable[tuple[str, str, int]],
+    progress: Callable[[int], None] | None = None,
+    every: int = 100_000,
+) -> Staged:
+    """Write (id, text, place) rows into the temporary table as they come (COPY on
+    Postgres, batched executemany on SQLite); `progress` hears the count every `every`."""
+    _create_staged(session)
+    conn = session.connection()
+    count = 0
+    if conn.dialect.name == "postgresql":
+        raw = conn.connection.driver_connection
+        columns = ", ".join(c.name for c in STAGED.columns)
+        with raw.cursor() as cur, cur.copy(f"COPY {STAGED.name} ({columns}) FROM STDIN") as copy:
+            for item_id, item_text, place in rows:
+                copy.write_row((count, place, item_id, item_text))
+                count += 1
+                if progress is not None and count % every == 0:
+                    progress(count)
+        return Staged(count)
+    sql = f"INSERT INTO {STAGED.name} VALUES (?, ?, ?, ?)"
+    batch: list[tuple[int, int, str, str]] = []
+    for item_id, item_text, place in rows:
+        batch.append((count, place, item_id, item_text))
+        count += 1
+        if len(batch) >= SQLITE_BATCH:
+            conn.exec_driver_sql(sql, batch)
+            batch.clear()
+        if progress is not None and count % every == 0:
+            progress(count)
+    if batch:
+        conn.exec_driver_sql(sql, batch)
+    return Staged(count)
+
+
+def _first_duplicate(session: Session) -> DuplicateItem:
+    """The first staged item, in input order, whose id came before."""
+    t = STAGED.c
+    ranked = select(
+        t.item_id,
+        t.place,
+        func.row_number().over(partition_by=t.item_id, order_by=t.idx).label("n"),
+        func.min(t.place).over(partition_by=t.item_id).label("first"),
+    ).subquery()
+    row = session.execute(
+        select(ranked.c.item_id, ranked.c.place, ranked.c.first)
+        .where(ranked.c.n == 2)
+        .order_by(ranked.c.place)
+        .limit(1)
+    ).one()
+    return DuplicateItem(row.item_id, row.place, row.first)
+
+
+def create_job(
+    session: Session,
+    *,
+    account_id: int,
+    tasks: Sequence[str],
+    labels: Sequence[str],
+    items: Staged | Iterable[tuple[str, str]],
+    lane: str,
+    chunks: Sequence[tuple[int, int]],
+    chunk_size: int,
+    source: str = "api",
+    held: bool = False,
+    routing: dict[str, Any] | None = None,
+) -> Job:
+    """Write a job, its items and its chunks; the caller commits. `items` are either
+    staged already (stage_items) or (id, text) pairs staged here. Raises DuplicateItem
+    (and writes no item) when two items share an id. A held job (its lane is full) waits,
+    chunks and all, until the reconciler releases it."""
+    if not isinstance(items, Staged):
+        items = stage_items(session, ((i, t, n) for n, (i, t) in enumerate(items)))
+    job = Job(
+        id=uuid.uuid4(),
+        account_id=account_id,
+        tasks=list(tasks),
+        labels=list(labels),
+        status="held" if held else "queued",
+        lane=lane,
+        routing=routing,
+        source=source,
+        total_items=items.count,
+        succeeded_items=0,
+        failed_items=0,
+        cancelled_items=0,
+        chunk_size=chunk_size,
+        pre_seconds=0.0,
+        model_seconds=0.0,
+        post_seconds=0.0,
+    )
+    session.add(job)
+    session.flush()
+    t = STAGED.c
+    # Each item's place in length order, ties in input order; nothing at all when an id
+    # repeats (one hash aggregate, computed once, in the same statement).
+    pos = func.row_number().over(order_by=(func.length(t.text), t.idx)) - 1
+    repeated = select(t.item_id).group_by(t.item_id).having(func.count() > 1)
+    written = session.execute(
+        insert(JobItem)
+        .from_select(
+            ["job_id", "idx", "pos", "item_id", "text"],
+            select(literal(job.id, Uuid), t.idx, pos, t.item_id, t.text).where(~repeated.exists()),
+        )
+        .execution_options(preserve_rowcount=True)  # kept for UPDATEs only unless asked
+    ).rowcount
+    if written != items.count:
+        raise _first_duplicate(session)
+    if session.connection().dialect.name != "postgresql":
+        session.connection().exec_driver_sql(f"DROP TABLE temp.{STAGED.name}")
+    for first in range(0, len(chunks), CHUNK_BATCH):
+        session.execute(
+            insert(Chunk),
+            [
+                {
+                    "job_id": job.id,
+                    "seq": seq,
+                    "start": start,
+                    "stop": stop,
+                    "queue": lane,
+                    "task_id": str(uuid.uuid4()),
+                    "state": "held" if held else "queued",
+                    "stage": first_stage(lane),
+                    "attempts": 0,
+                }
+                for seq, (start, stop) in enumerate(
+                    chunks[first : first + CHUNK_BATCH], start=first
+                )
+            ],
+        )
+    if held:
+        record_event(session, job.id, "held", {"lane": lane})
+    return job
+
+
+def first_stage(lane: str) -> str:
+    """cpu chunks run in one task; gpu chunks start with pre-processing on a cpu worker."""
+    return "run" if lane == "cpu" else "prep"
+
+
+class ChunkRef(NamedTuple):
+    """What sending a chunk needs: a few bytes per chunk, not an ORM object."""
+
+    id: int
+    task_id: str
+    stage: str
+
+
+def chunk_refs(session: Session, job_id: uuid.UUID) -> list[ChunkRef]:
+    rows = session.execute(
+        select(Chunk.id, Chunk.task_id, Chunk.stage)
+        .where(Chunk.job_id == job_id)
+        .order_by(Chunk.seq)
+    )
+    return [ChunkRef(*row) for row in rows]
