@@ -1,7 +1,8 @@
 """A job's life after submission: settling, cancelling, holding and releasing, dead letters.
 
 Shared by the chunk tasks, the reconciler, the web app and the CLI. Every change is made
-in one transaction, and any task it implies is sent only after that commit.
+in one transaction, and any task it implies is sent only after that commit. The job's
+chunk rows change only through jobs/chunks.py, which states the order rows are locked in.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import redis
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.config.settings import Settings, get_settings
@@ -24,10 +24,8 @@ from core.queueing.alerts import raise_alert
 from core.queueing.broker import lane_depth
 from core.queueing.dispatch import dispatch_job
 from core.store.redis_conn import redis_client
-from core.util.isolate import Failure
 from core.vocab import LANES
-from db.common import aware, chunk_items, record_event, utcnow
-from db.intake import first_stage
+from db.common import aware, record_event, utcnow
 from db.models import (
     FINAL_JOB_STATUSES,
     Chunk,
@@ -35,8 +33,9 @@ from db.models import (
     Job,
     JobItem,
 )
-from db.results import finalize_job, upsert_results
+from db.results import finalize_job
 from db.session import after_commit, session_scope
+from jobs import chunks
 from jobs.outbox import send_outbox
 
 log = logging.getLogger(__name__)
@@ -61,11 +60,6 @@ class LaneFull(RuntimeError):
 
 def cancel_key(job_id: uuid.UUID | str) -> str:
     return f"laneway:cancel:{job_id}"
-
-
-def attempt_limit(settings: Settings) -> int:
-    """Starts a chunk may have before it is split: its retries plus its deliveries."""
-    return settings.max_chunk_attempts + settings.chunk_retries
 
 
 # --- finishing a job ---------------------------------------------------------------
@@ -94,116 +88,6 @@ def settle(job_id: uuid.UUID, settings: Settings | None = None) -> str | None:
     return status
 
 
-# --- poison and crash isolation ----------------------------------------------------------
-
-
-def record_dead_letters(
-    session: Session,
-    chunk: Chunk,
-    failed: Sequence[tuple[int, str, Failure]],
-    n_items: int,
-    attempts: int,
-) -> int:
-    """One letter for a chunk that failed whole, else one per failed item; returns how many."""
-    if not failed:
-        return 0
-    if len(failed) == n_items and n_items > 1:
-        groups = [list(failed)]
-        kind = "chunk"
-    else:
-        groups = [[f] for f in failed]
-        kind = "item"
-    for group in groups:
-        first = group[0][2]
-        session.add(
-            DeadLetter(
-                job_id=chunk.job_id,
-                chunk_id=chunk.id,
-                kind=kind,
-                idxs=[idx for idx, _, _ in group],
-                item_ids=[item_id for _, item_id, _ in group],
-                error=first.error[:2000],
-                traceback=first.traceback[-20000:] if first.traceback else None,
-                attempts=attempts,
-            )
-        )
-    metrics.record_dead_letters(kind, len(groups))
-    return len(groups)
-
-
-def dead_letter_alert(job_id: uuid.UUID, letters: int, error: str) -> None:
-    raise_alert(
-        "dead_letter",
-        f"Laneway: {letters} dead letter(s) in job {job_id}; first error: {error[:300]}",
-    )
-
-
-def _next_seq(session: Session, job_id: uuid.UUID) -> int:
-    return (session.scalar(select(func.max(Chunk.seq)).where(Chunk.job_id == job_id)) or 0) + 1
-
-
-def _new_chunk(
-    job: Job, seq: int, start: int, stop: int, positions: list[int] | None, **kw: Any
-) -> Chunk:
-    return Chunk(
-        job_id=job.id,
-        seq=seq,
-        start=start,
-        stop=stop,
-        positions=positions,
-        queue=job.lane,
-        task_id=str(uuid.uuid4()),
-        state="queued",
-        stage=first_stage(job.lane),
-        attempts=0,
-        **kw,
-    )
-
-
-def exhaust_chunk(session: Session, chunk: Chunk, reason: str) -> list[tuple[Chunk, str]]:
-    """A chunk that keeps dying with its worker: split it in halves (sent as new chunks)
-    until the item that kills workers stands alone; that one item fails, dead-lettered.
-
-    Returns the halves to send after the commit. The job row is locked first, so two
-    splitters of one job never pick the same new sequence numbers.
-    """
-    job = session.get(Job, chunk.job_id, with_for_update=True)
-    assert job is not None
-    items = chunk_items(session, chunk)
-    now = utcnow()
-    if len(items) <= 1:
-        rows = [
-            {"idx": idx, "item_id": item_id, "label": None, "output": None, "error": reason}
-            for idx, item_id, _ in items
-        ]
-        upsert_results(session, job.id, rows)
-        chunk.state, chunk.finished_at, chunk.last_error = "failed", now, reason
-        failure = Failure(reason, "")
-        record_dead_letters(
-            session, chunk, [(i, d, failure) for i, d, _ in items], len(items), chunk.attempts
-        )
-        return []
-    half = len(items) // 2
-    if chunk.positions is None:  # a range of positions: each position holds one item
-        parts = [(chunk.start, chunk.start + half, None), (chunk.start + half, chunk.stop, None)]
-    else:
-        positions = sorted(chunk.positions)
-        parts = [
-            (positions[0], positions[half - 1] + 1, positions[:half]),
-            (positions[half], positions[-1] + 1, positions[half:]),
-        ]
-    seq = _next_seq(session, job.id)
-    children = [
-        _new_chunk(job, seq + n, start, stop, positions, parent_id=chunk.id)
-        for n, (start, stop, positions) in enumerate(parts)
-    ]
-    session.add_all(children)
-    chunk.state, chunk.finished_at, chunk.last_error = "split", now, reason
-    session.flush()
-    log.warning("chunk %s split in two after %s starts: %s", chunk.id, chunk.attempts, reason)
-    return [(c, job.lane) for c in children]
-
-
 # --- cancellation ----------------------------------------------------------------------
 
 
@@ -220,21 +104,7 @@ def cancel_job(job_id: uuid.UUID, settings: Settings | None = None) -> str:
         if job.status != "cancelling":
             now = utcnow()
             job.status, job.cancel_requested_at = "cancelling", now
-            # A chunk row locked now is being started (its worker holds it, then the job's:
-            # the other order) or re-sent by the reconciler; waiting for it while holding
-            # the job deadlocked the two. It is skipped, not lost: the start waits for this
-            # commit and reads the cancel (tasks/chunks.py), a re-sent copy is cancelled
-            # when claimed.
-            not_started = (
-                select(Chunk.id)
-                .where(Chunk.job_id == job_id, Chunk.state.in_(("held", "queued")))
-                .with_for_update(skip_locked=True)
-            )
-            session.execute(
-                update(Chunk)
-                .where(Chunk.id.in_(not_started.scalar_subquery()))
-                .values(state="cancelled", finished_at=now)
-            )
+            chunks.cancel_not_started(session, job_id, now)
             record_event(session, job_id, "cancel_requested")
     try:
         redis_client(settings).set(cancel_key(job_id), 1, ex=CANCEL_TTL)
@@ -289,17 +159,17 @@ def retry_dead_letters(
                 .where(JobItem.job_id == jid, JobItem.idx.in_(wanted))
                 .order_by(JobItem.pos)
             ).all()
-            seq = _next_seq(session, jid)
-            chunks: list[Chunk] = []
+            seq = chunks.next_seq(session, jid)
+            new: list[Chunk] = []
             chunk_of: dict[int, Chunk] = {}
             for n, begin in enumerate(range(0, len(ordered), job.chunk_size)):
                 part = ordered[begin : begin + job.chunk_size]
-                chunk = _new_chunk(
+                chunk = chunks.new_chunk(
                     job, seq + n, part[0].pos, part[-1].pos + 1, [p.pos for p in part]
                 )
-                chunks.append(chunk)
+                new.append(chunk)
                 chunk_of.update((p.idx, chunk) for p in part)
-            session.add_all(chunks)
+            session.add_all(new)
             session.flush()
             now = utcnow()
             for letter in group:
@@ -310,7 +180,7 @@ def retry_dead_letters(
             record_event(session, jid, "retried", {"letters": len(group), "items": len(ordered)})
             result.jobs[str(jid)] = len(ordered)
             result.letters += len(group)
-            after_commit(session, partial(dispatch_job, str(jid), job.lane, chunks))
+            after_commit(session, partial(dispatch_job, str(jid), job.lane, new))
     return result
 
 
@@ -380,18 +250,10 @@ def release_held_jobs(settings: Settings | None = None) -> list[str]:
             for job in jobs:
                 if depth >= limit:
                     break
-                chunks = list(
-                    session.scalars(
-                        select(Chunk)
-                        .where(Chunk.job_id == job.id, Chunk.state == "held")
-                        .order_by(Chunk.seq)
-                    )
-                )
-                for chunk in chunks:
-                    chunk.state, chunk.queued_at = "queued", now
+                sent = chunks.release_held(session, job, now)
                 job.status = "queued"
                 record_event(session, job.id, "released", {"depth": depth})
-                depth += len(chunks)
+                depth += len(sent)
                 released.append(str(job.id))
-                after_commit(session, partial(dispatch_job, str(job.id), lane, chunks))
+                after_commit(session, partial(dispatch_job, str(job.id), lane, sent))
     return released

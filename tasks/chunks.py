@@ -1,16 +1,19 @@
-"""Chunk tasks: read a chunk's items, run the three stages, upsert results, mark it done.
+"""Chunk tasks: claim a chunk, run its stages, record its outcome.
 
 The cpu lane runs all three stages in one task (`run_chunk`). The gpu lane splits them so
-that only the model stage occupies a device worker (measured in docs/benchmarks.md):
-`prep_chunk` (cpu queue) -> `model_chunk` (gpu queue) -> `post_chunk` (cpu queue), handing
-tokens and raw outputs over through Redis. Every task is safe to run twice: results are
-upserted and finished chunks are skipped; a stage whose hand-off vanished (Redis emptied)
-redoes the earlier stages itself.
+that only the model stage occupies a device worker: `prep_chunk` (cpu queue) ->
+`model_chunk` (gpu queue) -> `post_chunk` (cpu queue), handing tokens and raw outputs over
+through Redis. Every task is safe to run twice: results are upserted and finished chunks
+are skipped; a stage whose hand-off vanished (Redis emptied) redoes the earlier stages
+itself.
 
 Each stage claims its chunk (state `running`, this worker process), and hands it on as
 `queued` for the next stage, so the reconciler always knows who holds a chunk. A chunk
 whose stage fails is retried (`LANEWAY_CHUNK_RETRIES`), then split in halves in-process
 until the failing items stand alone: only they fail, each with a dead letter.
+
+This module holds what Celery shapes (the task bodies, retries, time limits, the failure
+path); every change of a chunk's row is a transition of jobs/chunks.py.
 """
 
 from __future__ import annotations
@@ -19,36 +22,26 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.utils.time import get_exponential_backoff_interval
-from sqlalchemy import update
 
 from core.obs import metrics, tracing
 from core.queueing.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
-from core.queueing.dispatch import send_chunks
 from core.store.cache import CachePlan, ResultCache, StoreBeside, cached_compute, process_cache
 from core.store.redis_conn import redis_client
 from core.util.faults import model_stage_check
 from core.util.isolate import Failure, isolate
-from db.common import chunk_items, mark_job_running, utcnow
-from db.models import FINISHED_CHUNK_STATES, OPEN_CHUNK_STATES, Chunk, Job
-from db.results import upsert_results
-from db.session import after_commit, session_scope
+from db.models import Job
+from db.session import session_scope
 from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun
-from jobs.lifecycle import (
-    attempt_limit,
-    cancel_key,
-    dead_letter_alert,
-    exhaust_chunk,
-    record_dead_letters,
-    settle,
-)
+from jobs import chunks
+from jobs.chunks import Work
+from jobs.lifecycle import cancel_key, settle
 from workers.cores import CoreShare, StepAside, busy_key
 from workers.devices import model_device
 from workers.model_host import get_pipeline
@@ -56,85 +49,21 @@ from workers.registry import instance_id
 
 log = logging.getLogger(__name__)
 HANDOFF_TTL = 6 * 3600  # seconds a stage's output waits in Redis for the next stage
-STAGE_ORDER = {"run": 0, "prep": 0, "model": 1, "post": 2}
-# The stages that hold the lane's worker: each start counts as an attempt.
-COUNTED_STAGES = ("run", "model")
-# How a chunk's start locks its job's row, after the chunk's (the order of every path):
-# key-share, so starts of one job do not wait for each other, but one waits for a cancel
-# holding the job and then reads it (jobs.lifecycle.cancel_job skips the chunk meanwhile).
-JOB_LOCK_AT_START = {"read": True, "key_share": True}
 
 
-@dataclass
-class Work:
-    chunk_id: int
-    job_id: uuid.UUID
-    tasks: list[str]
-    labels: list[str]
-    items: list[tuple[int, str, str]]
-    attempts: int
-    lane: str
-    account_id: int | None = None  # the job's: whose result cache entries it uses
-
-    def cache(self) -> ResultCache:
-        """The result cache as the job's account may use it."""
-        return process_cache(app_settings()).scoped(self.account_id)
-
-    @property
-    def texts(self) -> list[str]:
-        return [text for _, _, text in self.items]
+def _cache(work: Work) -> ResultCache:
+    """The result cache as the chunk's job's account may use it."""
+    return process_cache(app_settings()).scoped(work.account_id)
 
 
-def _claim(task: Any, chunk_id: int, stage: str) -> Work | None:
-    """Mark the chunk running on this worker process for `stage`, and read its work.
-
-    None when there is nothing to do: the chunk is gone, finished, past this stage (a
-    stale message), or its job is being cancelled. A chunk started too often (its workers
-    keep dying on it) is split instead of run again.
-    """
+def _claim(hostname: str | None, chunk_id: int, stage: str) -> Work | None:
+    """Claim the chunk for `stage` on this worker process (jobs/chunks.claim), settling
+    its job when the claim ended the chunk; None when there is nothing to run."""
     settings = app_settings()
-    work: Work | None = None
-    halves: list[tuple[Chunk, str]] = []
-    cancelled = False
-    with session_scope(app_settings()) as session:
-        chunk = session.get(Chunk, chunk_id, with_for_update=True)
-        if chunk is None or chunk.state not in OPEN_CHUNK_STATES:
-            return None
-        if STAGE_ORDER[chunk.stage] > STAGE_ORDER[stage]:
-            return None
-        job = session.get(Job, chunk.job_id, with_for_update=JOB_LOCK_AT_START)
-        assert job is not None
-        counted = stage in COUNTED_STAGES
-        if job.status in ("cancelling", "cancelled"):
-            chunk.state, chunk.finished_at = "cancelled", utcnow()
-            cancelled = True
-        elif counted and chunk.attempts >= attempt_limit(settings):
-            halves = exhaust_chunk(
-                session,
-                chunk,
-                f"the chunk was started {chunk.attempts} times without finishing "
-                "(its worker died or hit the time limit each time)",
-            )
-        else:
-            chunk.state, chunk.stage = "running", stage
-            chunk.worker_instance = instance_id()
-            chunk.started_at = utcnow()
-            if counted:
-                chunk.attempts += 1
-                chunk.worker = task.request.hostname
-            mark_job_running(session, job.id)
-            items = [(i.idx, i.item_id, i.text) for i in chunk_items(session, chunk)]
-            tasks, labels = list(job.tasks), list(job.labels)
-            work = Work(
-                chunk.id, job.id, tasks, labels, items, chunk.attempts, chunk.queue, job.account_id
-            )
-            tracing.set_attributes(job=job.id, chunk=chunk.id, items=len(items), lane=chunk.queue)
-        job_id = job.id
-        if halves:
-            after_commit(session, lambda: send_chunks(halves))
-    if cancelled or (not halves and work is None):
-        settle(job_id, app_settings())
-    return work
+    claimed = chunks.claim(settings, chunk_id, stage, hostname=hostname, instance=instance_id())
+    if claimed.settle is not None:
+        settle(claimed.settle, settings)
+    return claimed.work
 
 
 def _claimed(stage: str) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., Any]]:
@@ -144,7 +73,7 @@ def _claimed(stage: str) -> Callable[[Callable[..., dict[str, Any]]], Callable[.
 
     def wrap(body: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
         def task(self: Any, chunk_id: int) -> dict[str, Any]:
-            work = _claim(self, chunk_id, stage)
+            work = _claim(self.request.hostname, chunk_id, stage)
             if work is None:
                 return {"chunk": chunk_id, "skipped": True}
             return body(self, work, chunk_id)
@@ -162,22 +91,7 @@ def _claimed(stage: str) -> Callable[[Callable[..., dict[str, Any]]], Callable[.
 
 def _hand_on(work: Work, next_stage: str, **fields: Any) -> None:
     """This stage is done: the chunk waits, queued, for `next_stage` on another worker."""
-    with session_scope(app_settings()) as session:
-        session.execute(
-            update(Chunk)
-            .where(
-                Chunk.id == work.chunk_id,
-                Chunk.state == "running",
-                Chunk.worker_instance == instance_id(),
-            )
-            .values(
-                state="queued",
-                stage=next_stage,
-                worker_instance=None,
-                queued_at=utcnow(),
-                **fields,
-            )
-        )
+    chunks.hand_on(app_settings(), work, next_stage, instance=instance_id(), **fields)
 
 
 def _finish(
@@ -186,50 +100,19 @@ def _finish(
     failures: Sequence[Failure | None] | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
-    """Upsert the chunk's results, dead-letter its failed items, mark it done (or failed
-    when every item failed), then finalize the job if this was its last open chunk."""
-    failures = failures or [None] * len(work.items)
-    rows = [
-        {
-            "idx": idx,
-            "item_id": item_id,
-            "label": out.get("label") if out and not failure else None,
-            "output": out if not failure else None,
-            "error": failure.error if failure else None,
-        }
-        for (idx, item_id, _), out, failure in zip(work.items, outputs, failures, strict=True)
-    ]
-    failed = [
-        (idx, item_id, f) for (idx, item_id, _), f in zip(work.items, failures, strict=True) if f
-    ]
-    with session_scope(app_settings()) as session:
-        # Locked, then checked: a second copy of this chunk (a redelivery while the first
-        # still ran) must not overwrite the results of a copy that already finished.
-        chunk = session.get(Chunk, work.chunk_id, with_for_update=True)
-        if chunk is None or chunk.state in FINISHED_CHUNK_STATES:
-            return {"chunk": work.chunk_id, "skipped": True}
-        upsert_results(session, work.job_id, rows)
-        chunk.state = "failed" if failed and len(failed) == len(rows) else "done"
-        chunk.last_error = failed[0][2].error[:2000] if failed else None
-        chunk.finished_at = utcnow()
-        for name, value in fields.items():
-            setattr(chunk, name, value)
-        letters = record_dead_letters(session, chunk, failed, len(rows), work.attempts)
-    metrics.record_items(work.lane, len(rows), len(failed))
-    if letters:
-        dead_letter_alert(work.job_id, letters, failed[0][2].error)
-    settle(work.job_id, app_settings())
-    return {"chunk": work.chunk_id, "items": len(rows), "failed": len(failed)}
+    """Record the chunk's outcome (jobs/chunks.finish), then finalize the job if this was
+    its last open chunk; a copy of a chunk that already finished changes nothing."""
+    settings = app_settings()
+    outcome = chunks.finish(settings, work, outputs, failures, **fields)
+    if not outcome.get("skipped"):
+        settle(work.job_id, settings)
+    return outcome
 
 
 def _cancelled(work: Work) -> dict[str, Any]:
-    with session_scope(app_settings()) as session:
-        session.execute(
-            update(Chunk)
-            .where(Chunk.id == work.chunk_id, Chunk.state.in_(OPEN_CHUNK_STATES))
-            .values(state="cancelled", finished_at=utcnow())
-        )
-    settle(work.job_id, app_settings())
+    settings = app_settings()
+    chunks.cancel(settings, work.chunk_id)
+    settle(work.job_id, settings)
     return {"chunk": work.chunk_id, "cancelled": True}
 
 
@@ -319,12 +202,7 @@ def _on_failure(
     retries = task.request.retries
     if retries < settings.chunk_retries:
         log.warning("chunk %s failed (%s); retry %s", work.chunk_id, exc, retries + 1)
-        with session_scope(app_settings()) as session:
-            session.execute(
-                update(Chunk)
-                .where(Chunk.id == work.chunk_id, Chunk.state == "running")
-                .values(state="queued", worker_instance=None, queued_at=utcnow())
-            )
+        chunks.requeue(settings, work.chunk_id)
         countdown = get_exponential_backoff_interval(1, retries, 60, True)
         raise task.retry(exc=exc, countdown=countdown)
     log.warning(
@@ -370,7 +248,7 @@ def _cached_run(
     texts once), storing what it computed (by `store`, when given; else at once); zero
     times when the cache had every text."""
     run = _runner(work)
-    cache = store.cache if store is not None else work.cache()
+    cache = store.cache if store is not None else _cache(work)
     outputs, _ = cached_compute(cache, work.tasks, work.labels, work.texts, run, store)
     return outputs, run.spent
 
@@ -383,7 +261,7 @@ def run_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
     device = model_device(settings)
     started = time.perf_counter()
     watch = CancelWatch(work.job_id, share=True, step_aside=True)
-    later = StoreBeside(work.cache())
+    later = StoreBeside(_cache(work))
     try:
         with interruptible(watch):
             outputs, times = _cached_run(work, later)
@@ -432,7 +310,7 @@ def prep_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         # The chunk's distinct texts the result cache lacks; the rest is known already.
-        plan = CachePlan.make(work.cache(), work.tasks, work.labels, work.texts)
+        plan = CachePlan.make(_cache(work), work.tasks, work.labels, work.texts)
         if not plan.todo:  # all cached: the chunk ends here, its later stages skip it
             outputs = plan.outputs([])
             return _finish(work, outputs, None, pre_seconds=time.perf_counter() - started)
@@ -519,5 +397,5 @@ def post_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
     tracing.record_stages({"post": post_seconds})
     result = _finish(work, outputs, None, post_seconds=post_seconds)
     r.delete(*keys)
-    work.cache().put(work.tasks, work.labels, todo, computed)
+    _cache(work).put(work.tasks, work.labels, todo, computed)
     return result

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import shared_task
-from sqlalchemy import and_, exists, or_, select, update
+from sqlalchemy import exists, select, update
 
 from core.config.settings import Settings
 from core.queueing.alerts import raise_alert
@@ -25,11 +25,12 @@ from core.queueing.dispatch import chunk_task_ids, send_chunks
 from core.store.fleet_metrics import mark
 from core.store.redis_conn import redis_client
 from core.vocab import LANES
-from db.common import UNSETTLED_CHUNK_STATES, aware, record_event, utcnow
+from db.common import UNSETTLED_CHUNK_STATES, aware, utcnow
 from db.models import Chunk, Job, Worker
 from db.session import after_commit, session_scope
+from jobs import chunks
 from jobs.lanes import alive_workers
-from jobs.lifecycle import attempt_limit, exhaust_chunk, release_held_jobs, settle
+from jobs.lifecycle import release_held_jobs, settle
 from jobs.outbox import resend_lost_outbox
 from workers.registry import HEARTBEAT_LOST
 
@@ -75,8 +76,9 @@ def recover_chunks(
     - `running` on a worker instance that stopped beating: the worker died with it.
     - `running` on a live worker past its hard time limit with no message left: its task
       ended without recording an outcome.
-    A chunk that has been started too often is split (jobs.lifecycle.exhaust_chunk); a
-    chunk of a job being cancelled is cancelled instead.
+    A chunk that has been started too often is split; a chunk of a job being cancelled is
+    cancelled instead. Each of these is a transition of jobs/chunks.py, which locks the
+    candidates `SKIP LOCKED` so that the reconciler never waits for a worker.
     """
     settings = settings or app_settings()
     now = utcnow()
@@ -88,19 +90,7 @@ def recover_chunks(
     if emptied_at is not None:
         queued_before = max(queued_before, min(emptied_at, now))
     with session_scope(settings) as session:
-        candidates = session.execute(
-            select(Chunk, Job.lane, Job.status)
-            .join(Job, Job.id == Chunk.job_id)
-            .where(
-                Job.status.in_(("queued", "running", "cancelling")),
-                or_(
-                    and_(Chunk.state == "queued", Chunk.queued_at < queued_before),
-                    Chunk.state == "running",
-                ),
-            )
-            .order_by(Chunk.id)
-            .with_for_update(of=Chunk, skip_locked=True)
-        ).all()
+        candidates = chunks.lock_recoverable(session, queued_before)
         if not candidates:
             return outcome
         # Read after the rows are locked: a worker claiming one of them now waits for us.
@@ -122,23 +112,18 @@ def recover_chunks(
             else:
                 reason = "its worker stopped beating"
             if status == "cancelling":
-                chunk.state, chunk.finished_at = "cancelled", now
+                chunks.cancel_locked(chunk, now)
                 outcome["cancelled"].append(chunk.id)
                 settle_jobs.add(chunk.job_id)
                 continue
             log.warning("chunk %s (%s, %s): %s", chunk.id, chunk.state, chunk.stage, reason)
-            if chunk.state == "running" and chunk.attempts >= attempt_limit(settings):
-                halves = exhaust_chunk(session, chunk, f"{reason}, {chunk.attempts} times")
-                to_send.extend(halves)
+            if chunk.state == "running" and chunk.attempts >= chunks.attempt_limit(settings):
+                reason = f"{reason}, {chunk.attempts} times"
+                to_send.extend(chunks.exhaust(session, chunk, reason, event=True))
                 outcome["split"].append(chunk.id)
                 settle_jobs.add(chunk.job_id)
-                record_event(session, chunk.job_id, "chunk_split", {"chunk": chunk.id})
                 continue
-            record_event(
-                session, chunk.job_id, "chunk_redispatched", {"chunk": chunk.id, "reason": reason}
-            )
-            chunk.state, chunk.worker_instance, chunk.started_at = "queued", None, None
-            chunk.task_id, chunk.queued_at, chunk.last_error = str(uuid.uuid4()), now, reason
+            chunks.redispatch(session, chunk, reason, now)
             to_send.append((chunk, lane))
             outcome["redispatched"].append(chunk.id)
         after_commit(session, lambda: send_chunks(to_send))

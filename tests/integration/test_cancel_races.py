@@ -15,8 +15,9 @@ from sqlalchemy import text
 
 from db.models import Chunk, Job
 from db.session import session_factory, session_scope
+from jobs.chunks import JOB_LOCK_AT_START
 from jobs.lifecycle import cancel_job
-from tasks.chunks import JOB_LOCK_AT_START, _claim, run_chunk
+from tasks.chunks import _claim
 from tests.factories import stored_job
 
 
@@ -71,7 +72,7 @@ def test_a_cancel_while_a_worker_holds_a_chunk_neither_waits_nor_deadlocks(
         pool.shutdown()
     assert _states(settings, job_id) == ("cancelling", ["queued", "cancelled", "cancelled"])
     # The real claim of chunk 0's message cancels it and the job ends cancelled.
-    assert _claim(run_chunk, first, "run") is None
+    assert _claim("test-host", first, "run") is None
     assert _states(settings, job_id) == ("cancelled", ["cancelled"] * 3)
 
 
@@ -92,7 +93,7 @@ def test_cancels_racing_real_claims_all_end_without_errors(settings, migrated, w
         for _, chunk_ids in jobs:
             for chunk_id in chunk_ids:
                 try:
-                    claimed[chunk_id] = _claim(run_chunk, chunk_id, "run") is not None
+                    claimed[chunk_id] = _claim("test-host", chunk_id, "run") is not None
                 except BaseException as exc:  # noqa: BLE001 - every failure is the finding
                     errors.append(exc)
 

@@ -96,7 +96,8 @@ def test_a_stale_stage_message_is_skipped(settings, gpu_chunk):
 def test_a_late_duplicate_never_overwrites_a_finished_chunk(settings, gpu_chunk):
     from core.util.isolate import Failure
     from db.common import chunk_items
-    from tasks.chunks import Work, _finish
+    from jobs.chunks import Work
+    from tasks.chunks import _finish
 
     chunk_id, job_id = gpu_chunk
     with session_scope(settings) as session:  # a second copy read the chunk while open

@@ -17,7 +17,8 @@ from core.queueing.broker import UNACKED, UNACKED_INDEX
 from db.common import utcnow
 from db.models import Chunk, DeadLetter, Job, JobEvent, Result, Worker
 from db.session import session_scope
-from jobs.lifecycle import attempt_limit, cancel_job, release_held_jobs
+from jobs.chunks import attempt_limit
+from jobs.lifecycle import cancel_job, release_held_jobs
 from tasks.maintenance import finalize_orphaned_jobs, mark_dead_workers, recover_chunks
 from tests.broker import empty_queues
 from tests.factories import stored_job
