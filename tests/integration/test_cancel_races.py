@@ -7,11 +7,9 @@ CI run while 192 jobs were cancelled as a batch worker started them.
 """
 
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import text
 
 from db.models import Chunk, Job
 from db.session import session_factory, session_scope
@@ -19,21 +17,11 @@ from jobs.chunks import JOB_LOCK_AT_START
 from jobs.lifecycle import cancel_job
 from tasks.chunks import _claim
 from tests.factories import stored_job
+from tests.locks import ends_or_waits
 
 
 def _job(settings, chunks: int) -> tuple:
     return stored_job(settings, [f"text {n}" for n in range(chunks)], chunk_size=1)
-
-
-def _waiting_on_locks(settings) -> int:
-    """Backends of this database waiting for a row lock now."""
-    with session_scope(settings) as session:
-        return session.scalar(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-        )
 
 
 def _states(settings, job_id) -> tuple[str, list[str]]:
@@ -57,11 +45,7 @@ def test_a_cancel_while_a_worker_holds_a_chunk_neither_waits_nor_deadlocks(
         assert starting.get(Chunk, first, with_for_update=True).state == "queued"
         cancel = pool.submit(cancel_job, job_id, settings)
         # The cancel either ends or waits for chunk 0's lock (the deadlock's first half).
-        deadline = time.monotonic() + 20
-        while not cancel.done() and _waiting_on_locks(settings) == 0:
-            assert time.monotonic() < deadline, "the cancel neither ended nor waited"
-            time.sleep(0.02)
-        assert cancel.done(), "the cancel waits for a chunk a worker is starting"
+        assert ends_or_waits(settings, cancel, 20), "the cancel waits for a chunk being started"
         assert cancel.result() == "cancelling"
         # The worker's second lock, as `_claim` takes it: the job's row, then its status.
         job = starting.get(Job, job_id, with_for_update=JOB_LOCK_AT_START)

@@ -12,16 +12,15 @@ these tests hold the code to).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from db.common import chunk_items, chunks_of, utcnow
 from db.models import Chunk, DeadLetter, Job, JobEvent, Result
-from db.session import session_factory, session_scope
+from db.session import session_scope
 from jobs import chunks
 from jobs.chunks import JOB_LOCK_AT_START, Work
 from jobs.lifecycle import cancel_job, settle
@@ -29,6 +28,7 @@ from tasks.chunks import _claim, _finish
 from tasks.maintenance import recover_chunks
 from tests.broker import empty_queues
 from tests.factories import stored_job
+from tests.locks import ends_or_waits, held
 
 BOUND = 60  # seconds any one transition may take under the heaviest race here
 ROUNDS = 3
@@ -67,25 +67,6 @@ def _at_limit(settings, chunk_ids: list[int]) -> None:
             session.get(Chunk, chunk_id).attempts = chunks.attempt_limit(settings)
 
 
-def _waiting_on_locks(settings) -> int:
-    with session_scope(settings) as session:
-        return session.scalar(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-        )
-
-
-def _ends_or_waits(settings, future: Future) -> bool:
-    """Whether `future` ended (True) or is waiting for a row lock (False)."""
-    deadline = time.monotonic() + BOUND
-    while not future.done() and _waiting_on_locks(settings) == 0:
-        assert time.monotonic() < deadline, "the transition neither ended nor waited"
-        time.sleep(0.02)
-    return future.done()
-
-
 def _together(*sides: Callable[[], object]) -> list:
     """Run the sides on threads released by one barrier; every side's outcome, or the
     exception it raised. A side still running after BOUND seconds fails the test."""
@@ -114,7 +95,7 @@ def _drain(settings, job_id) -> None:
     claimed and, when it may run, run to its end."""
     for _ in range(8):  # halves of halves: a few generations at most
         with session_scope(settings) as session:
-            open_ids = [c.id for c in chunks_of(session, job_id) if c.state in ("queued",)]
+            open_ids = [c.id for c in chunks_of(session, job_id) if c.state == "queued"]
         if not open_ids:
             return
         for chunk_id in open_ids:
@@ -142,11 +123,8 @@ def _accounted(settings, job_id, allowed: set[str], *, final: bool = True) -> di
         results = dict(
             session.execute(select(Result.idx, Result.error).where(Result.job_id == job_id)).all()
         )
-        for idx, state in seen.items():
-            if state in ("done", "failed"):
-                assert idx in results, f"item {idx} of a finished chunk has no result"
-            if state == "cancelled":
-                assert idx not in results, f"item {idx} of a cancelled chunk has a result"
+        finished = {idx for idx, state in seen.items() if state in ("done", "failed")}
+        assert set(results) == finished, "a result missing, or one of an unfinished chunk"
         finalized = session.scalar(
             select(func.count()).where(JobEvent.job_id == job_id, JobEvent.kind == "finalized")
         )
@@ -170,17 +148,12 @@ def test_cancel_while_a_claim_holds_the_chunk_skips_it_and_the_claim_cancels_it(
     without waiting, and the claim, reading the job after it, cancels its chunk."""
     settings = app
     job_id, (first, *rest) = _job(settings, 3)
-    claiming = session_factory(settings)()
-    pool = ThreadPoolExecutor(1)
-    try:
+    with held(settings) as (claiming, pool):
         claiming.get(Chunk, first, with_for_update=True)
         cancel = pool.submit(cancel_job, job_id, settings)
-        assert _ends_or_waits(settings, cancel), "the cancel waits for a chunk being claimed"
+        assert ends_or_waits(settings, cancel), "the cancel waits for a chunk being claimed"
         assert cancel.result() == "cancelling"
         assert claiming.get(Job, job_id, with_for_update=JOB_LOCK_AT_START).status == "cancelling"
-    finally:
-        claiming.close()
-        pool.shutdown()
     assert _claim(HOST, first, "run") is None
     assert _accounted(settings, job_id, {"cancelled"}) == {"cancelled": 3}
 
@@ -190,21 +163,16 @@ def test_a_claim_while_the_cancel_holds_the_job_waits_then_cancels(app):
     for the cancel's commit, then reads it and cancels its chunk instead of running."""
     settings = app
     job_id, (first, *_) = _job(settings, 2)
-    cancelling = session_factory(settings)()
-    pool = ThreadPoolExecutor(1)
-    try:
+    with held(settings) as (cancelling, pool):
         # The cancel's first lock, as cancel_job takes it.
         job = cancelling.get(Job, job_id, with_for_update=True)
         claim = pool.submit(_claim, HOST, first, "run")
-        assert not _ends_or_waits(settings, claim), "a claim ran past a cancel holding its job"
+        assert not ends_or_waits(settings, claim), "a claim ran past a cancel holding its job"
         # The rest of the cancel, while the claim holds its chunk and waits for the job.
         job.status, job.cancel_requested_at = "cancelling", utcnow()
         chunks.cancel_not_started(cancelling, job_id, utcnow())
         cancelling.commit()
         assert claim.result(timeout=BOUND) is None
-    finally:
-        cancelling.close()
-        pool.shutdown()
     settle(job_id, settings)
     assert _accounted(settings, job_id, {"cancelled"}) == {"cancelled": 2}
 
@@ -286,16 +254,11 @@ def test_the_reconciler_skips_a_chunk_being_finished(app):
     work = _claim(HOST, first, "run")
     for chunk_id in rest:
         _run_out(_claim(HOST, chunk_id, "run"))
-    finishing = session_factory(settings)()
-    pool = ThreadPoolExecutor(1)
-    try:
+    with held(settings) as (finishing, pool):
         finishing.get(Chunk, first, with_for_update=True)
         recover = pool.submit(recover_chunks, settings)
-        assert _ends_or_waits(settings, recover), "the reconciler waits for a finish"
+        assert ends_or_waits(settings, recover), "the reconciler waits for a finish"
         assert recover.result()["redispatched"] == []
-    finally:
-        finishing.close()
-        pool.shutdown()
     _run_out(work)
     assert _accounted(settings, job_id, {"done"}) == {"done": 2}
 
@@ -344,20 +307,15 @@ def test_a_cancel_while_a_retry_requeues_the_chunk_skips_it_and_the_retry_cancel
     settings = app
     job_id, (first,) = _job(settings, 1)
     _claim(HOST, first, "run")
-    requeueing = session_factory(settings)()
-    pool = ThreadPoolExecutor(1)
-    try:
+    with held(settings) as (requeueing, pool):
         # The requeue's update (jobs/chunks.requeue), not yet committed.
         chunk = requeueing.get(Chunk, first, with_for_update=True)
         chunk.state, chunk.worker_instance = "queued", None
         requeueing.flush()
         cancel = pool.submit(cancel_job, job_id, settings)
-        assert _ends_or_waits(settings, cancel), "the cancel waits for a requeue"
+        assert ends_or_waits(settings, cancel), "the cancel waits for a requeue"
         assert cancel.result() == "cancelling"
         requeueing.commit()
-    finally:
-        requeueing.close()
-        pool.shutdown()
     assert _claim(HOST, first, "run") is None  # the retry's message
     assert _accounted(settings, job_id, {"cancelled"}) == {"cancelled": 1}
 
@@ -397,16 +355,11 @@ def test_a_finish_does_not_wait_for_a_settle_holding_the_job(app):
     job_id, (first, second) = _job(settings, 2)
     work = _claim(HOST, first, "run")
     _run_out(_claim(HOST, second, "run"))
-    settling = session_factory(settings)()
-    pool = ThreadPoolExecutor(1)
-    try:
+    with held(settings) as (settling, pool):
         settling.get(Job, job_id, with_for_update={"key_share": True})
         finish = pool.submit(chunks.finish, settings, work, _outputs(work))
-        assert _ends_or_waits(settings, finish), "a finish waits for a settle"
+        assert ends_or_waits(settings, finish), "a finish waits for a settle"
         assert not finish.result().get("skipped")
-    finally:
-        settling.close()
-        pool.shutdown()
     assert settle(job_id, settings) == "succeeded"
     assert _accounted(settings, job_id, {"done"}) == {"done": 2}
 
@@ -460,15 +413,10 @@ def test_a_cancel_while_a_claim_would_split_the_chunk_cancels_it_whole(app):
     settings = app
     job_id, (first,) = _job(settings, 1, size=4)
     _at_limit(settings, [first])
-    splitting = session_factory(settings)()
-    pool = ThreadPoolExecutor(1)
-    try:
+    with held(settings) as (splitting, pool):
         splitting.get(Chunk, first, with_for_update=True)
         cancel = pool.submit(cancel_job, job_id, settings)
-        assert _ends_or_waits(settings, cancel), "the cancel waits for a split"
-    finally:
-        splitting.close()
-        pool.shutdown()
+        assert ends_or_waits(settings, cancel), "the cancel waits for a split"
     assert _claim(HOST, first, "run") is None
     assert _accounted(settings, job_id, {"cancelled"}) == {"cancelled": 1}
 
@@ -480,20 +428,15 @@ def test_two_claims_splitting_chunks_of_one_job_do_not_deadlock(app):
     settings = app
     job_id, (first, second) = _job(settings, 2, size=4)
     _at_limit(settings, [first, second])
-    claiming = session_factory(settings)()
-    pool = ThreadPoolExecutor(1)
-    try:
+    with held(settings) as (claiming, pool):
         chunk = claiming.get(Chunk, first, with_for_update=True)
         claiming.get(Job, job_id, with_for_update=JOB_LOCK_AT_START)
         other = pool.submit(_claim, HOST, second, "run")
-        assert _ends_or_waits(settings, other), "a split waits for another claim's read"
+        assert ends_or_waits(settings, other), "a split waits for another claim's read"
         assert other.result() is None
         halves = chunks.exhaust(claiming, chunk, "the test's split")
         claiming.commit()
         assert len(halves) == 2
-    finally:
-        claiming.close()
-        pool.shutdown()
     with session_scope(settings) as session:
         seqs = [c.seq for c in chunks_of(session, job_id)]
         assert len(seqs) == len(set(seqs)) == 6
