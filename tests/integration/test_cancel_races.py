@@ -1,9 +1,9 @@
 """A cancel racing workers that start the job's chunks, on the real Postgres.
 
 A worker starting a chunk locks the chunk's row, then the job's; a cancel locks the job's
-row, then its chunks'. Before the cancel skipped chunks being started, the two orders
-deadlocked (Postgres: `deadlock detected`, the cancel answered 503): seen in a clean-clone
-CI run while 192 jobs were cancelled as a batch worker started them.
+row, then only the chunks nobody holds (`SKIP LOCKED`, jobs/chunks.py rule 3). Were the
+cancel to wait for a chunk being started, the two would wait for each other: Postgres then
+fails one of them (`deadlock detected`, a 503 to the cancel).
 """
 
 import threading
