@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -88,6 +89,38 @@ def _together(*sides: Callable[[], object]) -> list:
 def _no_errors(outcomes: list) -> None:
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     assert errors == [], errors
+
+
+def _runs(chunk_ids: list[int]) -> Callable[[], None]:
+    """A worker's side: claim each chunk and run it to its end when it may run."""
+
+    def side() -> None:
+        for chunk_id in chunk_ids:
+            work = _claim(HOST, chunk_id, "run")
+            if work is not None:
+                _run_out(work)
+
+    return side
+
+
+def _cancels(settings, jobs: list[tuple]) -> Callable[[], None]:
+    """A user's side: cancel each job."""
+
+    def side() -> None:
+        for job_id, _ in jobs:
+            cancel_job(job_id, settings)
+
+    return side
+
+
+def _reconciles(settings, passes: int = 4) -> Callable[[], None]:
+    """Beat's side: reconcile a few times over."""
+
+    def side() -> None:
+        for _ in range(passes):
+            recover_chunks(settings)
+
+    return side
 
 
 def _drain(settings, job_id) -> None:
@@ -184,18 +217,7 @@ def test_cancels_racing_claims_and_runs_lose_no_chunk(app, round_):
     settings = app
     jobs = [_job(settings, 4) for _ in range(6)]
 
-    def runs() -> None:
-        for _, chunk_ids in jobs:
-            for chunk_id in chunk_ids:
-                work = _claim(HOST, chunk_id, "run")
-                if work is not None:
-                    _run_out(work)
-
-    def cancels() -> None:
-        for job_id, _ in jobs:
-            cancel_job(job_id, settings)
-
-    _no_errors(_together(runs, cancels))
+    _no_errors(_together(_runs([c for _, ids in jobs for c in ids]), _cancels(settings, jobs)))
     for job_id, _ in jobs:
         _accounted(settings, job_id, {"done", "cancelled"})
 
@@ -288,14 +310,45 @@ def test_finishes_racing_the_reconciler_lose_no_result(app, round_):
         for work in works:
             _run_out(work)
 
-    def reconciles() -> None:
-        for _ in range(4):
-            recover_chunks(settings)
-
-    _no_errors(_together(finishes, reconciles))
+    _no_errors(_together(finishes, _reconciles(settings)))
     _accounted(settings, job_id, {"done", "queued"}, final=False)
     _drain(settings, job_id)
     assert _accounted(settings, job_id, {"done"}) == {"done": 8}
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_claims_racing_the_reconciler_on_lost_chunks_run_each_item_once(app, round_):
+    """A job's messages were lost long ago: the reconciler sends its chunks again while a
+    worker claims and runs them (a late delivery). Each chunk is run or queued again, and
+    once the fleet has run what is queued, every item has exactly one result."""
+    settings = app
+    job_id, chunk_ids = _job(settings, 8)
+    with session_scope(settings) as session:
+        for chunk in chunks_of(session, job_id):
+            chunk.queued_at = utcnow() - timedelta(seconds=settings.redispatch_after + 60)
+
+    _no_errors(_together(_runs(chunk_ids), _reconciles(settings)))
+    _accounted(settings, job_id, {"done", "queued"}, final=False)
+    _drain(settings, job_id)
+    assert _accounted(settings, job_id, {"done"}) == {"done": 8}
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_cancels_racing_the_reconciler_end_every_chunk_cancelled(app, round_):
+    """Jobs whose chunks run on a worker that stopped beating are cancelled while the
+    reconciler sends those chunks again. Whichever comes first, every chunk ends
+    cancelled: by the reconciler, by the cancel, or by the claim of its new message."""
+    settings = app
+    jobs = [_job(settings, 3) for _ in range(5)]
+    for _, chunk_ids in jobs:
+        for chunk_id in chunk_ids:
+            _claim(HOST, chunk_id, "run")
+
+    _no_errors(_together(_reconciles(settings), _cancels(settings, jobs)))
+    recover_chunks(settings)  # the next pass, for chunks still running on the dead worker
+    for job_id, _ in jobs:
+        _drain(settings, job_id)
+        assert _accounted(settings, job_id, {"cancelled"}) == {"cancelled": 3}
 
 
 # --- requeue vs cancel ---------------------------------------------------------------------
@@ -335,11 +388,7 @@ def test_requeues_racing_cancels_end_every_chunk_cancelled(app, round_):
             for chunk_id in chunk_ids:
                 chunks.requeue(settings, chunk_id)
 
-    def cancels() -> None:
-        for job_id, _ in jobs:
-            cancel_job(job_id, settings)
-
-    _no_errors(_together(requeues, cancels))
+    _no_errors(_together(requeues, _cancels(settings, jobs)))
     for job_id, _ in jobs:
         _drain(settings, job_id)
         assert _accounted(settings, job_id, {"cancelled"}) == {"cancelled": 3}
@@ -463,11 +512,7 @@ def test_splits_racing_cancels_and_each_other_lose_no_item(app, round_):
 
         return run
 
-    def cancels() -> None:
-        for job_id, _ in jobs:
-            cancel_job(job_id, settings)
-
-    _no_errors(_together(claims(1), claims(-1), cancels))
+    _no_errors(_together(claims(1), claims(-1), _cancels(settings, jobs)))
     for job_id, _ in jobs:
         _drain(settings, job_id)
         counts = _accounted(settings, job_id, {"cancelled"})
