@@ -1,29 +1,7 @@
-"""The names fleet/cli.py and tests/conftest.py import from here, while those two files
-are being reworked elsewhere. New code imports from the subject modules (db/accounts.py,
-db/intake.py, db/results.py, db/common.py); this module goes once they do too."""
+"""The one name tests/conftest.py imports from here while that file is reworked elsewhere.
+Everything else imports from the subject modules (db/accounts.py, db/intake.py,
+db/results.py, db/common.py); this module goes once tests/conftest.py does too."""
 
-from db.accounts import (
-    add_api_key,
-    create_account,
-    find_account,
-    find_key,
-    is_live,
-    list_accounts,
-    list_keys,
-    revoke_key,
-    rotate_key,
-)
-from db.common import aware
+from db.accounts import create_account
 
-__all__ = [
-    "add_api_key",
-    "aware",
-    "create_account",
-    "find_account",
-    "find_key",
-    "is_live",
-    "list_accounts",
-    "list_keys",
-    "revoke_key",
-    "rotate_key",
-]
+__all__ = ["create_account"]

@@ -67,7 +67,7 @@ def accounts_create(
     """Create an account; prints its API key once, on its own line."""
     from sqlalchemy.exc import IntegrityError
 
-    from db.queries import create_account
+    from db.accounts import create_account
     from db.session import session_scope
 
     try:
@@ -85,7 +85,7 @@ def accounts_create(
 @json_option
 def accounts_list(as_json: bool) -> None:
     """List accounts: id, name, type, admin, live keys."""
-    from db.queries import is_live, list_accounts, list_keys
+    from db.accounts import is_live, list_accounts, list_keys
     from db.session import session_scope
 
     with session_scope(cli_settings()) as session:
@@ -111,7 +111,7 @@ def keys() -> None:
 
 
 def _find_account(session: Any, ref: str) -> Any:
-    from db.queries import find_account
+    from db.accounts import find_account
 
     account = find_account(session, ref)
     if account is None:
@@ -120,7 +120,7 @@ def _find_account(session: Any, ref: str) -> Any:
 
 
 def _find_key(session: Any, prefix: str) -> Any:
-    from db.queries import find_key
+    from db.accounts import find_key
 
     row = find_key(session, prefix)
     if row is None:
@@ -138,7 +138,7 @@ def _print_key(key: str) -> None:
 @click.option("--name", default=None, help="what the key is for, e.g. nightly-upload")
 def keys_create(account: str, name: str | None) -> None:
     """Add an API key to ACCOUNT (name or id); prints it once."""
-    from db.queries import add_api_key
+    from db.accounts import add_api_key
     from db.session import session_scope
 
     with session_scope(cli_settings()) as session:
@@ -151,7 +151,8 @@ def keys_create(account: str, name: str | None) -> None:
 @json_option
 def keys_list(account: str, as_json: bool) -> None:
     """List ACCOUNT's keys by prefix (the keys themselves are never stored)."""
-    from db.queries import aware, is_live, list_keys
+    from db.accounts import is_live, list_keys
+    from db.common import aware
     from db.session import session_scope
 
     rows = []
@@ -176,7 +177,7 @@ def keys_list(account: str, as_json: bool) -> None:
 )  # fmt: skip
 def keys_rotate(prefix: str, grace: int) -> None:
     """Replace the key PREFIX with a new one; the old one stops after --grace seconds."""
-    from db.queries import is_live, rotate_key
+    from db.accounts import is_live, rotate_key
     from db.session import session_scope
 
     with session_scope(cli_settings()) as session:
@@ -191,7 +192,7 @@ def keys_rotate(prefix: str, grace: int) -> None:
 @click.argument("prefix")
 def keys_revoke(prefix: str) -> None:
     """Revoke the key PREFIX now."""
-    from db.queries import revoke_key
+    from db.accounts import revoke_key
     from db.session import session_scope
 
     with session_scope(cli_settings()) as session:

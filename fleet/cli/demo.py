@@ -62,7 +62,7 @@ def _wait_for_a_cpu_worker(settings: Settings, check: Any) -> None:
 def _run_demo(settings: Settings, file: Path, port: int, show: int) -> Any:
     from laneway import Client, LanewayError
 
-    from db.queries import create_account
+    from db.accounts import create_account
     from db.session import session_scope
     from fleet.processes import full_fleet
 

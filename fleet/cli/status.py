@@ -18,8 +18,8 @@ def fleet_status(settings: Any) -> dict[str, Any]:
 
     from core.queueing.broker import queue_depths
     from core.store.redis_conn import embedded_redis
+    from db.common import alive_workers
     from db.models import FINAL_JOB_STATUSES, Job
-    from db.queries import alive_workers
     from db.session import session_scope
 
     with embedded_redis(settings):
