@@ -185,7 +185,7 @@ def test_cancel_while_a_claim_holds_the_chunk_skips_it_and_the_claim_cancels_it(
         claiming.get(Chunk, first, with_for_update=True)
         cancel = pool.submit(cancel_job, job_id, settings)
         assert ends_or_waits(settings, cancel), "the cancel waits for a chunk being claimed"
-        assert cancel.result() == "cancelling"
+        assert cancel.result(timeout=BOUND) == "cancelling"
         assert claiming.get(Job, job_id, with_for_update=JOB_LOCK_AT_START).status == "cancelling"
     assert _claim(HOST, first, "run") is None
     assert _accounted(settings, job_id, {"cancelled"}) == {"cancelled": 3}
@@ -280,7 +280,7 @@ def test_the_reconciler_skips_a_chunk_being_finished(app):
         finishing.get(Chunk, first, with_for_update=True)
         recover = pool.submit(recover_chunks, settings)
         assert ends_or_waits(settings, recover), "the reconciler waits for a finish"
-        assert recover.result()["redispatched"] == []
+        assert recover.result(timeout=BOUND)["redispatched"] == []
     _run_out(work)
     assert _accounted(settings, job_id, {"done"}) == {"done": 2}
 
@@ -367,7 +367,7 @@ def test_a_cancel_while_a_retry_requeues_the_chunk_skips_it_and_the_retry_cancel
         requeueing.flush()
         cancel = pool.submit(cancel_job, job_id, settings)
         assert ends_or_waits(settings, cancel), "the cancel waits for a requeue"
-        assert cancel.result() == "cancelling"
+        assert cancel.result(timeout=BOUND) == "cancelling"
         requeueing.commit()
     assert _claim(HOST, first, "run") is None  # the retry's message
     assert _accounted(settings, job_id, {"cancelled"}) == {"cancelled": 1}
@@ -408,7 +408,7 @@ def test_a_finish_does_not_wait_for_a_settle_holding_the_job(app):
         settling.get(Job, job_id, with_for_update={"key_share": True})
         finish = pool.submit(chunks.finish, settings, work, _outputs(work))
         assert ends_or_waits(settings, finish), "a finish waits for a settle"
-        assert not finish.result().get("skipped")
+        assert not finish.result(timeout=BOUND).get("skipped")
     assert settle(job_id, settings) == "succeeded"
     assert _accounted(settings, job_id, {"done"}) == {"done": 2}
 
@@ -482,7 +482,7 @@ def test_two_claims_splitting_chunks_of_one_job_do_not_deadlock(app):
         claiming.get(Job, job_id, with_for_update=JOB_LOCK_AT_START)
         other = pool.submit(_claim, HOST, second, "run")
         assert ends_or_waits(settings, other), "a split waits for another claim's read"
-        assert other.result() is None
+        assert other.result(timeout=BOUND) is None
         halves = chunks.exhaust(claiming, chunk, "the test's split")
         claiming.commit()
         assert len(halves) == 2
