@@ -1,7 +1,10 @@
 """Test services: a fresh Postgres database and a private Redis db index per test run.
 
-Both are real: the database is created here and dropped at the end; the Redis index is
-claimed in db 0 so concurrent runs on one machine never share one.
+Both are real. The settings' variables are set when pytest starts, before any module reads
+them (tasks/app.py builds its Celery app from them at import); the services are touched only
+when a test asks for them (the `services` fixture, under `settings`), so a run of pure unit
+tests needs neither. The database is created on first use and dropped at the end; the Redis
+index is claimed in db 0 so that concurrent runs on one machine never share one.
 """
 
 from __future__ import annotations
@@ -17,19 +20,25 @@ import redis
 
 PG_ADMIN = os.environ.get("LANEWAY_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_HOST = os.environ.get("LANEWAY_TEST_REDIS", "redis://127.0.0.1:6379")
+# A service that does not answer fails the tests that need it within seconds, not minutes.
+CONNECT_TIMEOUT_S = 5
 
 _state: dict[str, object] = {}
 
 
 def _admin() -> psycopg.Connection:
-    return psycopg.connect(PG_ADMIN, autocommit=True)
+    return psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+
+
+def database_url(name: str) -> str:
+    base = PG_ADMIN.rsplit("/", 1)[0]
+    return f"{base}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
 
 
 def create_database(name: str) -> str:
     with _admin() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN.rsplit("/", 1)[0]
-    return f"{base}/{name}".replace("postgresql://", "postgresql+psycopg://", 1)
+    return database_url(name)
 
 
 def drop_database(name: str) -> None:
@@ -41,8 +50,12 @@ def drop_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
+def _redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+
+
 def _claim_redis_index() -> int:
-    r = redis.Redis.from_url(f"{REDIS_HOST}/0")
+    r = _redis(f"{REDIS_HOST}/0")
     for index in range(1, 16):
         if r.set(f"laneway:test-db:{index}", os.getpid(), nx=True, ex=3 * 3600):
             return index
@@ -50,18 +63,27 @@ def _claim_redis_index() -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point every LANEWAY_* setting at this run's services before any module reads them."""
+    """Point every LANEWAY_* setting at this run's services before any module reads them.
+
+    The Redis index is part of LANEWAY_REDIS_URL, which modules read at import, so it is
+    claimed here: one round trip when Redis answers. When it does not, the run goes on
+    without it and the tests that need it fail in `services`, saying so.
+    """
     if hasattr(config, "workerinput"):
         return
     db_name = f"laneway_test_{uuid.uuid4().hex[:10]}"
-    db_url = create_database(db_name)
-    index = _claim_redis_index()
+    try:
+        index = _claim_redis_index()
+    except redis.RedisError as error:
+        _state["redis_error"] = f"{type(error).__name__}: {error}"
+        index = 0  # never used: Redis did not answer, and `services` stops every test that asks
+    else:
+        _state["index"] = index
     redis_url = f"{REDIS_HOST}/{index}"
-    redis.Redis.from_url(redis_url).flushdb()
     home = tempfile.mkdtemp(prefix="laneway-test-")
-    _state.update(db_name=db_name, index=index, redis_url=redis_url)
+    _state.update(db_name=db_name, redis_url=redis_url)
     os.environ.update(
-        LANEWAY_DATABASE_URL=db_url,
+        LANEWAY_DATABASE_URL=database_url(db_name),
         LANEWAY_REDIS_URL=redis_url,
         LANEWAY_HOME=home,
         LANEWAY_CHUNK_SIZE="16",
@@ -86,13 +108,42 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from tests.e2e.procs import stop_started_since
 
     stop_started_since(0)  # no worker may outlive the database and Redis db it was given
-    redis.Redis.from_url(str(_state["redis_url"])).flushdb()
-    redis.Redis.from_url(f"{REDIS_HOST}/0").delete(f"laneway:test-db:{_state['index']}")
-    drop_database(str(_state["db_name"]))
+    if "index" in _state:
+        _redis(str(_state["redis_url"])).flushdb()
+        _redis(f"{REDIS_HOST}/0").delete(f"laneway:test-db:{_state['index']}")
+    if _state.get("db_created"):
+        drop_database(str(_state["db_name"]))
 
 
 @pytest.fixture(scope="session")
-def settings():
+def services() -> None:
+    """This run's database (created here, on first use) and its Redis index (emptied here):
+    what every test that reaches Postgres or Redis stands on, through `settings`."""
+    if "redis_error" in _state:
+        pytest.fail(
+            f"this test needs Redis at {REDIS_HOST} (LANEWAY_TEST_REDIS), which did not "
+            f"answer when the run began: {_state['redis_error']}",
+            pytrace=False,
+        )
+    try:
+        create_database(str(_state["db_name"]))
+    except psycopg.OperationalError as error:
+        pytest.fail(
+            f"this test needs Postgres at {PG_ADMIN} (LANEWAY_TEST_PG), which did not "
+            f"answer: {error}".strip(),
+            pytrace=False,
+        )
+    _state["db_created"] = True
+    try:
+        _redis(str(_state["redis_url"])).flushdb()
+    except redis.RedisError as error:
+        pytest.fail(
+            f"this test needs Redis at {REDIS_HOST} (LANEWAY_TEST_REDIS): {error}", pytrace=False
+        )
+
+
+@pytest.fixture(scope="session")
+def settings(services):
     from core.config.settings import Settings
 
     return Settings.from_env()

@@ -7,6 +7,11 @@ import uuid
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _services(services) -> None:
+    """Every test here stands on the run's database and Redis index, asked for or not."""
+
+
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
