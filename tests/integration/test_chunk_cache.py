@@ -34,6 +34,7 @@ def account_cache(settings, job_id) -> ResultCache:
     return ResultCache(redis.Redis.from_url(settings.redis_url), settings).scoped(account_id)
 
 
+@pytest.mark.slow
 def test_a_chunk_reads_and_fills_the_result_cache(cache_on, migrated):
     from tasks.chunks import run_chunk
 

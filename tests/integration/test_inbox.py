@@ -220,6 +220,7 @@ def test_files_left_by_a_scan_that_died_are_put_back(inbox, account_factory):
     assert not (s.inbox_dir / WORKING / "host-1-dead").exists()
 
 
+@pytest.mark.slow
 def test_two_scans_at_once_take_each_content_once(inbox, account_factory, tmp_path):
     s = inbox()
     account, _ = account_factory()

@@ -245,6 +245,7 @@ def test_a_linked_working_folder_is_set_aside_and_nothing_written_through_it(
     assert len(aside) == 1 and os.readlink(aside[0]) == str(target)
 
 
+@pytest.mark.slow
 def test_control_characters_in_names_never_forge_a_line(inbox, account_factory, tmp_path):
     account, _ = account_factory()
     folder = inbox.inbox_dir / account.name

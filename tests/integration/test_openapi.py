@@ -104,6 +104,7 @@ def _drop_queued_chunks(settings, account_id: int) -> None:
     derandomize=True,  # the same cases every run: a failure here is never a fluke
     suppress_health_check=list(HealthCheck),
 )
+@pytest.mark.slow  # every operation's examples, positive and negative: seconds each
 def test_no_server_errors_and_every_answer_as_documented(case, fuzz):
     params = case.path_parameters or {}
     if params.get("account_id") in fuzz["protected"]:

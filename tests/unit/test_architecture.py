@@ -40,6 +40,7 @@ def tree(tmp_path_factory) -> Path:
     return where
 
 
+@pytest.mark.slow
 def test_the_tree_keeps_every_contract():
     done = lint(ROOT)
     assert done.returncode == 0, done.stdout[-3000:]
@@ -66,6 +67,7 @@ def test_the_tree_keeps_every_contract():
         ("db/loop.py", "import db.results\n", "no cycle"),
     ],
 )
+@pytest.mark.slow
 def test_a_planted_import_breaks_its_contract(tree, path, line, broken):
     planted = tree / path
     original = (tree / "db" / "results.py").read_text()

@@ -130,6 +130,7 @@ LANEWAY_SERVICES = {
 }
 
 
+@pytest.mark.slow
 def test_compose_is_accepted_and_complete(compose):
     config = compose(COMPOSE)
     services = config["services"]
@@ -165,6 +166,7 @@ CHECKED_BY_THEIR_IMAGE = {
 MONITORING_SERVICES = {"prometheus", "grafana"}
 
 
+@pytest.mark.slow
 def test_compose_health_checks_are_real_probes(compose):
     services = compose(COMPOSE)["services"]
     for name, service in services.items():
@@ -182,6 +184,7 @@ def test_compose_health_checks_are_real_probes(compose):
             assert_probes(f"compose {name}", argv, tuple(service["command"]))
 
 
+@pytest.mark.slow
 def test_compose_publishes_only_the_proxy_beyond_this_machine(compose):
     services = compose(COMPOSE)["services"]
     published = {
@@ -227,6 +230,7 @@ def test_the_proxy_template_has_the_slow_client_limits():
     assert re.search(r"^\s*client_max_body_size \$\{LANEWAY_PROXY_MAX_BODY\};", text, re.M)
 
 
+@pytest.mark.slow
 def test_compose_proxy_serves_web_with_the_deployed_config(compose):
     services = compose(COMPOSE)["services"]
     proxy = services["proxy"]
@@ -262,6 +266,7 @@ def test_k8s_proxy_carries_the_same_config_in_front_of_the_web_service():
     assert service["selector"].items() <= proxy["spec"]["template"]["metadata"]["labels"].items()
 
 
+@pytest.mark.slow
 def test_compose_provisions_prometheus_and_grafana_from_deploy_monitoring(compose):
     """Prometheus gets the scrape config and rules that promtool checks, scraping web where
     it listens; Grafana gets the data source, the dashboard provider and the dashboard."""
@@ -297,6 +302,7 @@ def test_compose_provisions_prometheus_and_grafana_from_deploy_monitoring(compos
     assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
 
 
+@pytest.mark.slow
 def test_compose_gpu_override_reserves_gpus_on_the_cuda_image(compose):
     gpu = compose(COMPOSE, COMPOSE_GPU)["services"]["worker-gpu"]
     assert gpu["image"] == f"laneway-cuda:{RELEASE}"
@@ -519,6 +525,7 @@ def make_dry_run(*args: str) -> str:
 MAKE_TARGETS = set(re.findall(r"^([A-Za-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
 
 
+@pytest.mark.slow
 def test_torch_index_picks_the_build(tmp_path):
     index = "https://download.pytorch.org/whl/cu128"
     venv = f"VENV={tmp_path}/venv"
@@ -557,6 +564,7 @@ def dockerignored(path: str, patterns: list[str]) -> bool:
     return excluded
 
 
+@pytest.mark.slow
 def test_secrets_and_local_state_stay_out_of_the_image_and_git():
     lines = (ROOT / ".dockerignore").read_text().splitlines()
     patterns = [s.strip() for s in lines if s.strip() and not s.startswith("#")]
@@ -772,6 +780,7 @@ def test_the_settings_and_the_migrations_go_first():
     assert first == {("ConfigMap", "laneway-settings"), ("Job", "laneway-migrate")}
 
 
+@pytest.mark.slow
 def test_setting_the_images_rolls_every_pod_and_the_migrations(tmp_path):
     kubectl = shutil.which("kubectl")
     if kubectl is None:

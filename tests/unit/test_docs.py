@@ -96,6 +96,7 @@ def test_the_benchmarks_page_gives_each_figure_its_command_and_links_the_journal
     assert "journal/" in config["exclude_docs"].split()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MKDOCS.exists(), reason="mkdocs is not installed (the dev extra)")
 def test_the_site_builds_strict_and_a_broken_link_fails_it(tmp_path):
     done = build(ROOT / "mkdocs.yml", tmp_path / "site")

@@ -35,6 +35,7 @@ def wait(predicate, timeout=20.0):
     return False
 
 
+@pytest.mark.slow
 def test_a_child_that_must_always_run_is_restarted_then_given_up_on(tmp_path):
     fleet = Fleet(log_dir=tmp_path)
     fleet.add("sleeper", SLEEPER)
@@ -59,6 +60,7 @@ def test_a_child_that_must_always_run_is_restarted_then_given_up_on(tmp_path):
     assert not fleet.children["sleeper"].running
 
 
+@pytest.mark.slow
 def test_on_demand_children_start_only_while_work_waits(tmp_path):
     depth = [0]
     fleet = Fleet(log_dir=tmp_path, gpu_depth=lambda: depth[0])
@@ -94,6 +96,7 @@ def test_on_demand_children_start_only_while_work_waits(tmp_path):
         fleet.stop()
 
 
+@pytest.mark.slow
 def test_an_on_demand_child_that_keeps_crashing_is_given_up(tmp_path):
     fleet = Fleet(log_dir=tmp_path, gpu_depth=lambda: 1)
     fleet.add("gpu0", QUITTER, policy=ON_DEMAND)
@@ -113,6 +116,7 @@ def test_a_policy_names_what_it_does():
     assert (ALWAYS, ON_DEMAND) == ("always", "on_demand")
 
 
+@pytest.mark.slow
 def test_until_stopped_restarts_a_crash_but_not_a_clean_exit(tmp_path):
     from fleet.supervisor import UNTIL_STOPPED
 
@@ -190,6 +194,7 @@ def test_without_cuda_the_fleet_runs_the_cpu_interactive_worker_alone():
     assert not [n for n in worker_fleet(settings).children if n.startswith("worker-interactive-")]
 
 
+@pytest.mark.slow
 def test_a_device_held_by_another_process_gets_no_second_worker(tmp_path):
     """The lock a killed fleet's worker still holds keeps a new fleet's worker for that
     device from starting; it starts in the step after the device is free."""

@@ -24,6 +24,7 @@ def texts():
         return [row["text"] for row in csv.DictReader(fh)][:60]
 
 
+@pytest.mark.slow
 def test_fp16_embeddings_and_labels_match_fp32(texts):
     torch.set_num_threads(1)
     full = Encoder(precision="fp32")

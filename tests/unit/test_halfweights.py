@@ -16,9 +16,12 @@ from inference.accuracy import load_checked, load_sample
 from inference.seqcls import SequenceClassifier
 from tests.tiny_models import make_seqcls_model
 
-pytestmark = pytest.mark.skipif(
-    not halfweights.available(), reason="FBGEMM's fp16 products need an x86 CPU with AVX2"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not halfweights.available(), reason="FBGEMM's fp16 products need an x86 CPU with AVX2"
+    ),
+    pytest.mark.slow,  # each test loads and converts a model for seconds
+]
 
 
 def _layer(inputs: int = 384, outputs: int = 1536) -> torch.nn.Linear:

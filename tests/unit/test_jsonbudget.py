@@ -59,6 +59,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(json_values, st.integers(min_value=1, max_value=7))
 def test_any_json_scans_as_the_reference_does_across_block_edges(value, block):
@@ -105,6 +106,7 @@ def test_the_cost_is_an_upper_bound_of_what_parsing_allocates(name):
     assert peak <= parse_cost(data), (name, peak, parse_cost(data))
 
 
+@pytest.mark.slow
 def test_bodies_shaped_to_be_expensive_are_refused_and_ordinary_ones_are_not():
     big = 8 * MIB
     # (Empty strings are cheap: CPython has one, shared.)

@@ -45,6 +45,7 @@ def gone(pid: int, timeout: float) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_a_child_dies_when_its_parent_is_killed():
     parent, child = start_parent("on")
     assert psutil.pid_exists(child)
@@ -53,6 +54,7 @@ def test_a_child_dies_when_its_parent_is_killed():
     assert gone(child, 10), "the child outlived its SIGKILLed parent"
 
 
+@pytest.mark.slow
 def test_without_the_lifeline_the_child_is_orphaned():
     """The contrast: the same parent without it leaves its child running."""
     parent, child = start_parent("off")

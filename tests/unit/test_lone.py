@@ -17,6 +17,8 @@ from inference import lone as lone_module
 from inference.lone import OnnxSingleText
 from tests.unit.test_packed import TEXTS as PACKED_TEXTS
 
+pytestmark = pytest.mark.slow  # exports the model to ONNX and loads sessions for seconds
+
 TEXTS = [t for t in PACKED_TEXTS if len(t) < 100 or t.startswith("word")]
 
 

@@ -32,11 +32,13 @@ def promtool(*args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_promtool_accepts_the_rules_and_the_scrape_config():
     assert f"SUCCESS: {len(rules())} rules found" in promtool("check", "rules", str(RULES))
     promtool("check", "config", str(RULES.parent / "prometheus.yml"))
 
 
+@pytest.mark.slow
 def test_the_rules_pass_their_promtool_unit_tests():
     promtool("test", "rules", "rules_test.yml")
     tested = set(re.findall(r"alertname: (\w+)", (RULES.parent / "rules_test.yml").read_text()))
@@ -47,6 +49,7 @@ def test_the_rules_pass_their_promtool_unit_tests():
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h"}
 
 
+@pytest.mark.slow
 def test_every_dashboard_query_is_valid_promql(tmp_path):
     """Each query as a recording rule: promtool parses it as Prometheus would."""
     records = []
@@ -117,6 +120,7 @@ def test_kubernetes_gets_the_same_rules_and_dashboard():
     assert generated["options"]["labels"] == {"grafana_dashboard": "1"}
 
 
+@pytest.mark.slow
 def test_kustomize_renders_the_dashboard_configmap():
     kubectl = shutil.which("kubectl")
     if kubectl is None:

@@ -14,6 +14,8 @@ from inference import Encoder
 from inference import precision as prec
 from inference.packed import PackedBert
 
+pytestmark = pytest.mark.slow  # loads the model and runs both forwards for seconds
+
 TEXTS = [
     "",
     "ok",

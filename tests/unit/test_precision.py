@@ -167,6 +167,7 @@ def minilm_build():
     return lambda precision: Encoder(precision=precision)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not prec.native_bf16_cpu(), reason="this CPU has no native bf16")
 def test_bf16_passes_the_check_on_this_cpu(minilm_build, caplog):
     caplog.set_level(logging.INFO, logger="inference.accuracy")
@@ -186,6 +187,7 @@ def test_bf16_passes_the_check_on_this_cpu(minilm_build, caplog):
     assert max(abs(a["rating"] - b["rating"]) for a, b in zip(want, got, strict=True)) <= 0.02
 
 
+@pytest.mark.slow
 def test_a_failed_check_falls_back_to_fp32_and_says_why(minilm_build, caplog):
     caplog.set_level(logging.INFO, logger="inference.accuracy")
     # No reduced precision reaches a cosine over 1: the check must fail.
@@ -197,6 +199,7 @@ def test_a_failed_check_falls_back_to_fp32_and_says_why(minilm_build, caplog):
     assert "running in fp32 instead" in warning[0].message and "cosine" in warning[0].message
 
 
+@pytest.mark.slow
 def test_a_degraded_model_fails_the_check(minilm_build, caplog):
     def degraded(precision):
         model = minilm_build(precision)
@@ -281,6 +284,7 @@ def test_a_worker_refusing_a_precision_loads_fp32_and_logs_why(caplog, half_cpu)
     assert "LANEWAY_PRECISION=fp16, but fp16 is not computed natively on cpu" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_gpu_worker_falling_back_to_the_cpu_follows_the_cpu_rules(monkeypatch):
     from workers import devices
     from workers.model_host import get_pipeline

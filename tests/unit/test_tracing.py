@@ -139,6 +139,7 @@ TRACING_MODULES = (
 )
 
 
+@pytest.mark.slow
 def test_unset_it_imports_and_sets_up_nothing_and_every_helper_is_a_no_op():
     out = json.loads(_run(OFF).stdout.splitlines()[-1])
     assert not [m for m in out["modules"] if m.startswith(TRACING_MODULES)], out["modules"]
@@ -191,6 +192,7 @@ def _spans(stdout: str) -> list[dict]:
     return spans
 
 
+@pytest.mark.slow
 def test_on_it_makes_stage_spans_links_and_carries_the_context():
     done = _run(ON, OTEL_TRACES_EXPORTER="console")
     spans = {s["name"]: s for s in _spans(done.stdout)}
@@ -218,6 +220,7 @@ def test_on_it_makes_stage_spans_links_and_carries_the_context():
     assert Request.from_message(message).trace == message["trace"]
 
 
+@pytest.mark.slow
 def test_the_service_name_variable_wins():
     done = _run(ON, OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="my-laneway")
     names = {s["resource"]["attributes"]["service.name"] for s in _spans(done.stdout)}
