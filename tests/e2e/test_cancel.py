@@ -11,20 +11,20 @@ from sqlalchemy import select
 from db.models import Chunk, JobItem, Result
 from db.session import session_scope
 from jobs.submit import submit_job
-from tests.e2e.procs import http, start_web, wait_for
+from tests.e2e.procs import http, wait_for
 from tests.faults.harness import LONG_TEXT, cpu_worker
 
 pytestmark = pytest.mark.e2e
 
 
 def test_cancel_stops_the_running_chunk_between_micro_batches(
-    settings, migrated, account_factory, tmp_path
+    settings, migrated, account_factory, shared_web, tmp_path
 ):
     account, key = account_factory("trial")
     # Chunks of 60 long texts, one text per micro-batch: a chunk runs for seconds.
     items = [(f"c{i}", f"{LONG_TEXT} #{i}") for i in range(180)]
     job_id = submit_job(account, items, settings=settings.replace(chunk_size=60)).id
-    web, url = start_web(tmp_path)
+    web, url = shared_web
     worker = cpu_worker(tmp_path, "cpu-cancel", env={"LANEWAY_BATCH_SIZE": "1"})
     try:
 
@@ -59,7 +59,6 @@ def test_cancel_stops_the_running_chunk_between_micro_batches(
         stopped_after = time.monotonic() - asked
     finally:
         worker.stop()
-        web.stop()
     done = [c for c in chunks() if c.state == "done"]
     stopped = [c for c in chunks() if c.id == running]
     never = [c for c in chunks() if c.state == "cancelled" and c.id != running]

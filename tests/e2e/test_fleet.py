@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 
 from db.models import Chunk, Result
 from db.session import session_scope
-from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
+from tests.e2e.procs import BIN, http, start_worker, wait_for
 from workers.devices import cuda_available
 
 pytestmark = pytest.mark.e2e
@@ -39,10 +39,8 @@ def logdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def web(migrated, logdir):
-    proc, url = start_web(logdir)
-    yield url
-    proc.stop()
+def web(shared_web):
+    return shared_web[1]
 
 
 @pytest.fixture(scope="module")

@@ -18,18 +18,20 @@ from db.models import Chunk, Job
 from db.session import session_scope
 from inference.precision import choose
 from jobs.submit import submit_job
-from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
+from tests.e2e.procs import BIN, http, start_worker, wait_for
 from tests.faults.harness import cpu_worker
 
 pytestmark = pytest.mark.e2e
 
 
-def test_interactive_answers_while_a_batch_job_runs(settings, account_factory, tmp_path):
+def test_interactive_answers_while_a_batch_job_runs(
+    settings, account_factory, shared_web, tmp_path
+):
     account, key = account_factory("trial")
     headers = {"Authorization": f"Bearer {key}"}
     items = [(f"b{i}", f"batch text number {i} about a late parcel") for i in range(900)]
     job_id = submit_job(account, items, settings=settings).id
-    web, url = start_web(tmp_path)
+    web, url = shared_web
     argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "interactive-e2e"]
     # As on a shared 2-core machine: the batch worker yields (niceness, a thread fewer,
     # and it steps aside while the interactive worker is busy).

@@ -26,9 +26,11 @@ pytestmark = pytest.mark.e2e
 ALERT_DEPTH = 3
 
 
-@pytest.fixture
-def web(tmp_path):
-    proc, url = start_web(tmp_path, env={"LANEWAY_ALERT_DEPTH": str(ALERT_DEPTH)})
+@pytest.fixture(scope="module")
+def web(migrated, tmp_path_factory):
+    # One for the module: the tests read it over HTTP and change nothing in it.
+    logdir = tmp_path_factory.mktemp("monitoring-web")
+    proc, url = start_web(logdir, env={"LANEWAY_ALERT_DEPTH": str(ALERT_DEPTH)})
     yield proc, url
     proc.stop()
 
