@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test starts a Python process
+
 ROOT = Path(__file__).resolve().parents[2]
 CALIBRATE = ROOT / "bench" / "calibrate.py"
 NAIVE = "laneway.naive_item"
