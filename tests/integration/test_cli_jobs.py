@@ -181,6 +181,7 @@ def test_log_level_reaches_the_processes_laneway_starts(monkeypatch):
     assert web[web.index("--log-level") + 1] == "warning"
 
 
+@pytest.mark.slow
 def test_no_alembic_lines_unless_asked(migrated):
     env = {k: v for k, v in os.environ.items() if k != LOG_LEVEL_ENV}
     quiet = subprocess.run([str(BIN / "laneway"), "db", "upgrade"], env=env, capture_output=True,

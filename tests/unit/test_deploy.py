@@ -87,6 +87,7 @@ def compose(tmp_path, monkeypatch):
     return run
 
 
+@pytest.mark.slow
 def test_compose_workers_serve_no_metrics_of_their_own(compose):
     """Compose's processes share one LANEWAY_HOME volume, which web's /metrics reads: a
     worker serving it too would have Prometheus count each item twice."""
@@ -95,6 +96,7 @@ def test_compose_workers_serve_no_metrics_of_their_own(compose):
         assert env.get("LANEWAY_WORKER_METRICS_PORT") in (None, "0"), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("missing", sorted(COMPOSE_SECRETS))
 def test_compose_stops_naming_a_missing_secret(tmp_path, monkeypatch, missing):
     """No secret has a default: without one (or with it empty), compose refuses to start
@@ -108,6 +110,7 @@ def test_compose_stops_naming_a_missing_secret(tmp_path, monkeypatch, missing):
     assert "change-me" not in COMPOSE.read_text().lower()
 
 
+@pytest.mark.slow
 def test_compose_passes_the_secrets_through(compose):
     services = compose(COMPOSE)["services"]
     env = services["web"]["environment"]
@@ -462,6 +465,7 @@ def final_stage() -> list[tuple[str, str]]:
     return stages()[-1][1]
 
 
+@pytest.mark.slow
 def test_the_image_builds_in_two_stages_with_the_makefiles_wheels():
     (builder_from, builder), (final_from, final) = stages()
     assert builder_from.endswith(" AS builder") and "AS" not in final_from.upper().split()

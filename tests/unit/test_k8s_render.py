@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.slow  # renders each tree with kubectl kustomize, a process
+
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ROOT / "deploy" / "k8s"
 OVERLAYS = sorted(p.parent for p in (ROOT / "deploy" / "overlays").glob("*/kustomization.yaml"))
