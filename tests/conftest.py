@@ -203,7 +203,7 @@ def db_session(settings, migrated) -> Iterator:
 @pytest.fixture
 def account_factory(settings, migrated):
     """Create committed accounts (the web app and workers read them from other sessions)."""
-    from db.queries import create_account
+    from db.accounts import create_account
     from db.session import session_scope
 
     def make(type_: str = "standard", is_admin: bool = False):

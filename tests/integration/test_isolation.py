@@ -7,6 +7,8 @@ import re
 from tests.integration.conftest import auth, store_results
 
 ITEMS = [{"id": "secret-1", "text": "the other account's private text"}]
+# Arguments that name no account's data: every account reads the same served models.
+SHARED_ARGUMENTS = {"model"}
 
 
 def _fill(rule: str, values: dict[str, str]) -> str:
@@ -39,6 +41,9 @@ def test_every_endpoint_answers_404_for_another_accounts_ids(app, client, accoun
             # No ids to borrow; admin endpoints are for admins, pages sign in with a
             # session (both tested apart); static files belong to no one.
             continue
+        if rule.arguments <= SHARED_ARGUMENTS:
+            # The same answer for every account (checked below), so nothing to borrow.
+            continue
         path = _fill(rule.rule, owner_ids)
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             theirs = client.open(path, method=method, headers=auth(intruder_key))
@@ -52,6 +57,10 @@ def test_every_endpoint_answers_404_for_another_accounts_ids(app, client, accoun
     assert ("GET", "/v1/jobs/<job_id>") in walked
     assert ("GET", "/v1/jobs/<job_id>/results") in walked
     assert ("GET", "/v1/result/<task_id>") in walked
+    # A served model reads the same for any account: it names nobody's data.
+    mine = client.get("/v1/models/minilm", headers=auth(owner_key))
+    theirs = client.get("/v1/models/minilm", headers=auth(intruder_key))
+    assert mine.status_code == theirs.status_code == 200 and mine.json == theirs.json
     # Variants: the CSV download, and a HEAD.
     csv_path = f"/v1/jobs/{job_id}/results?format=csv"
     assert client.get(csv_path, headers=auth(intruder_key)).status_code == 404

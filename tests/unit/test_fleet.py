@@ -275,9 +275,15 @@ def test_without_cuda_routing_is_told_of_no_gpu_and_large_jobs_stay_on_cpu(setti
     fallback = one_machine_settings(settings.replace(gpu_fallback="cpu"))
     fleet = worker_fleet(fallback)
     assert "worker-gpu0" in fleet.children  # the stand-in still serves the gpu queue
-    fleet.on_step(fleet)
     r = redis.Redis.from_url(settings.redis_url)
-    report = json.loads(r.get(FLEET_KEY.format(host=socket.gethostname())))
+    key = FLEET_KEY.format(host=socket.gethostname())
+    before = r.get(key)
+    try:
+        fleet.on_step(fleet)
+        report = json.loads(r.get(key))
+    finally:
+        # The report tells every later test's routing of this host's devices: put it back.
+        r.set(key, before) if before is not None else r.delete(key)
     assert report == {"gpu_devices": 0}
     live = LiveLanes(cpu_workers=1, gpu_workers_up=0, gpu_devices=report["gpu_devices"])
     chosen = route("standard", 1200, gpu_threshold=500, deadline=3600, stats=None,
