@@ -164,7 +164,11 @@ def test_log_level_reaches_the_processes_laneway_starts(monkeypatch):
     from core.config.settings import Settings
     from fleet.processes import beat_argv, web_argv, worker_argv
 
-    monkeypatch.delenv(LOG_LEVEL_ENV, raising=False)
+    # Set, then removed, through monkeypatch: the command below writes the variable into
+    # this process's environment, and the undo must take it away again, or every worker a
+    # later test starts logs at WARNING (and never says it has loaded its models).
+    monkeypatch.setenv(LOG_LEVEL_ENV, "INFO")
+    monkeypatch.delenv(LOG_LEVEL_ENV)
     settings = Settings.from_env()
     assert (
         worker_argv("cpu", settings)[worker_argv("cpu", settings).index("--loglevel") + 1] == "INFO"
@@ -179,6 +183,11 @@ def test_log_level_reaches_the_processes_laneway_starts(monkeypatch):
         assert argv[argv.index(flag) + 1] == "WARNING"
     web = web_argv(settings, "127.0.0.1", 8000)
     assert web[web.index("--log-level") + 1] == "warning"
+
+
+def test_the_log_level_test_leaves_no_level_behind():
+    # Runs after the test above (file order): the level it set must not outlive it.
+    assert LOG_LEVEL_ENV not in os.environ
 
 
 @pytest.mark.slow
