@@ -205,24 +205,38 @@ def gpu_depth_reader(settings: Settings):  # noqa: ANN201
     return lambda: lane_depth(r, "gpu")["depth"]
 
 
-def fleet_reporter(settings: Settings, devices: int, every: float = 10.0):  # noqa: ANN201
-    """Tell routing (through Redis) how many gpu devices this machine can start."""
-    from core.store.redis_conn import redis_client
-    from jobs.lanes import publish_fleet
+class FleetReporter:
+    """Tells routing (through Redis) how many gpu devices this machine can start workers
+    on, every `every` seconds while the fleet runs, and takes the report back when it
+    stops: a stopped fleet starts nothing, and its report would steer routing for as long
+    as it lived."""
 
-    r = redis_client(settings)
-    last = [0.0]
+    def __init__(self, settings: Settings, devices: int, every: float = 10.0) -> None:
+        from core.store.redis_conn import redis_client
 
-    def report(_fleet: Fleet) -> None:
-        if time.monotonic() - last[0] < every:
+        self.redis = redis_client(settings)
+        self.devices, self.every = devices, every
+        self.host = socket.gethostname()
+        self.last = 0.0
+
+    def __call__(self, _fleet: Fleet) -> None:
+        from jobs.lanes import publish_fleet
+
+        if time.monotonic() - self.last < self.every:
             return
-        last[0] = time.monotonic()
+        self.last = time.monotonic()
         try:
-            publish_fleet(r, socket.gethostname(), devices, ttl=int(3 * every))
+            publish_fleet(self.redis, self.host, self.devices, ttl=int(3 * self.every))
         except Exception as exc:  # noqa: BLE001 - routing falls back to the threshold
             log.warning("could not report the fleet's devices: %s", type(exc).__name__)
 
-    return report
+    def withdraw(self, _fleet: Fleet) -> None:
+        from jobs.lanes import withdraw_fleet
+
+        try:
+            withdraw_fleet(self.redis, self.host)
+        except Exception as exc:  # noqa: BLE001 - the report expires by itself
+            log.warning("could not withdraw the fleet's report: %s", type(exc).__name__)
 
 
 def worker_fleet(settings: Settings, log_dir: Path | None = None) -> Fleet:
@@ -234,7 +248,8 @@ def worker_fleet(settings: Settings, log_dir: Path | None = None) -> Fleet:
     # Routing is told of real GPUs only. Without CUDA the gpu lane's stand-in worker runs
     # on CPU, slower than the cpu lane and only after a cold start: telling routing it
     # exists sent large jobs to wait for it while the cpu workers idled.
-    fleet.on_step = fleet_reporter(settings, len(devices) if cuda_device_count() else 0)
+    reporter = FleetReporter(settings, len(devices) if cuda_device_count() else 0)
+    fleet.on_step, fleet.on_stop = reporter, reporter.withdraw
     return fleet
 
 

@@ -77,6 +77,8 @@ class Fleet:
     # Reads the gpu lane's depth; None: no on-demand children are started.
     gpu_depth: Callable[[], int] | None = None
     on_step: Callable[[Fleet], None] | None = None
+    # Called once the children have stopped (the fleet withdraws what it told others).
+    on_stop: Callable[[Fleet], None] | None = None
 
     # --- children ----------------------------------------------------------------------
 
@@ -273,6 +275,8 @@ class Fleet:
                 os.killpg(child.proc.pid, signal.SIGKILL)
                 child.proc.wait()
             _record(child, "exit", "fleet stopped", code=child.proc.returncode)
+        if self.on_stop is not None:
+            self.on_stop(self)
 
     def run_until_signal(self, poll: float = 0.5) -> int:
         """Supervise until SIGINT/SIGTERM, then stop everything; 1 if a child was given up."""

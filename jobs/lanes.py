@@ -141,6 +141,11 @@ def publish_fleet(r: redis.Redis, host: str, gpu_devices: int, ttl: int = 30) ->
     r.set(FLEET_KEY.format(host=host), json.dumps({"gpu_devices": gpu_devices}), ex=ttl)
 
 
+def withdraw_fleet(r: redis.Redis, host: str) -> None:
+    """A stopped fleet supervisor takes its report back."""
+    r.delete(FLEET_KEY.format(host=host))
+
+
 def fleet_gpu_devices(settings: Settings) -> int | None:
     """GPU devices across the fleet: LANEWAY_GPU_DEVICES, else what the supervisors report;
     None when nobody says (workers started by hand or by Kubernetes)."""

@@ -281,10 +281,14 @@ def test_without_cuda_routing_is_told_of_no_gpu_and_large_jobs_stay_on_cpu(setti
     try:
         fleet.on_step(fleet)
         report = json.loads(r.get(key))
+        # A fleet that stops takes its report back (no child runs here: nothing to stop).
+        fleet.stop()
+        withdrawn = r.get(key)
     finally:
         # The report tells every later test's routing of this host's devices: put it back.
         r.set(key, before) if before is not None else r.delete(key)
     assert report == {"gpu_devices": 0}
+    assert withdrawn is None
     live = LiveLanes(cpu_workers=1, gpu_workers_up=0, gpu_devices=report["gpu_devices"])
     chosen = route("standard", 1200, gpu_threshold=500, deadline=3600, stats=None,
                    live=live, prices=Prices.of(settings))  # fmt: skip
