@@ -1,7 +1,7 @@
 """A quiet fleet between tests that start workers: earlier tests' jobs (no worker ran them)
 are cancelled and their messages dropped, so they neither queue ahead of the work under
 test nor come back through the reconciler, which re-sends queued chunks it finds without a
-message."""
+message; earlier fleets' reports of their gpu devices, which steer routing, are taken back."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from core.vocab import LANES
 from db.common import UNSETTLED_CHUNK_STATES, utcnow
 from db.models import FINAL_JOB_STATUSES, Chunk, Job
 from db.session import session_scope
+from jobs.lanes import FLEET_KEY
 
 
 def empty_queues(settings, unacked: bool = False) -> None:
@@ -46,6 +47,13 @@ def quiesce(settings, unacked: bool = False) -> None:
             .values(status="cancelled", cancel_requested_at=now, finished_at=now)
         )
     empty_queues(settings, unacked)
+    # A fleet supervisor an earlier test killed (no warm stop, so no withdrawal) leaves its
+    # report of gpu devices until it expires, and routing reads it: no such fleet lives on
+    # into the next test.
+    r = redis.Redis.from_url(settings.redis_url)
+    stale = list(r.scan_iter(FLEET_KEY.format(host="*")))
+    if stale:
+        r.delete(*stale)
 
 
 def quiet_fleet(settings, unacked: bool = False) -> Iterator[None]:
