@@ -245,10 +245,12 @@ def worker_fleet(settings: Settings, log_dir: Path | None = None) -> Fleet:
 
     fleet = Fleet(log_dir=log_dir, gpu_depth=gpu_depth_reader(settings))
     devices = add_workers(fleet, settings)
-    # Routing is told of real GPUs only. Without CUDA the gpu lane's stand-in worker runs
-    # on CPU, slower than the cpu lane and only after a cold start: telling routing it
-    # exists sent large jobs to wait for it while the cpu workers idled.
-    reporter = FleetReporter(settings, len(devices) if cuda_device_count() else 0)
+    # Routing is told of GPUs that exist: CUDA's, or the devices an operator names
+    # (LANEWAY_GPU_DEVICES). Without either, the gpu lane's stand-in worker runs on CPU,
+    # slower than the cpu lane and only after a cold start: telling routing it exists sent
+    # large jobs to wait for it while the cpu workers idled.
+    real = cuda_device_count() or settings.gpu_devices
+    reporter = FleetReporter(settings, len(devices) if real else 0)
     fleet.on_step, fleet.on_stop = reporter, reporter.withdraw
     return fleet
 

@@ -293,3 +293,27 @@ def test_without_cuda_routing_is_told_of_no_gpu_and_large_jobs_stay_on_cpu(setti
     chosen = route("standard", 1200, gpu_threshold=500, deadline=3600, stats=None,
                    live=live, prices=Prices.of(settings))  # fmt: skip
     assert chosen.lane == "cpu" and "no gpu device" in chosen.reason
+
+
+def test_devices_an_operator_names_are_reported_without_cuda(settings):
+    """LANEWAY_GPU_DEVICES names devices the operator vouches for (a test lane of CPU
+    stand-ins, or CUDA hidden from this process): routing is told of each of them."""
+    import json
+    import socket
+
+    import redis
+
+    from fleet.processes import one_machine_settings, worker_fleet
+    from jobs.lanes import FLEET_KEY
+
+    named = one_machine_settings(settings.replace(gpu_fallback="cpu", gpu_devices=("0", "1")))
+    fleet = worker_fleet(named)
+    r = redis.Redis.from_url(settings.redis_url)
+    key = FLEET_KEY.format(host=socket.gethostname())
+    before = r.get(key)
+    try:
+        fleet.on_step(fleet)
+        report = json.loads(r.get(key))
+    finally:
+        r.set(key, before) if before is not None else r.delete(key)
+    assert report == {"gpu_devices": 2}
