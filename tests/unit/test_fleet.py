@@ -259,36 +259,41 @@ def test_an_operators_own_openmp_wait_policy_wins(monkeypatch):
     assert (env["OMP_WAIT_POLICY"], env["GOMP_SPINCOUNT"]) == ("PASSIVE", "0")
 
 
-@pytest.mark.skipif(cuda_available(), reason="this machine has CUDA: its devices are real")
-def test_without_cuda_routing_is_told_of_no_gpu_and_large_jobs_stay_on_cpu(settings):
-    """The demo's case: a gpu worker stands in on CPU (fallback), but routing must not
-    count it as a device, or a large job waits for its cold start while cpu workers idle."""
+def _report_and_withdrawal(settings, fleet) -> tuple[dict, bytes | None]:
+    """What `fleet` reports of its gpu devices in a step, and what is left once it stops;
+    the host's report is put back as it was, since every later test's routing reads it."""
     import json
     import socket
 
     import redis
 
-    from fleet.processes import one_machine_settings, worker_fleet
     from jobs.lanes import FLEET_KEY
-    from jobs.planner import LiveLanes, Prices, route
 
-    fallback = one_machine_settings(settings.replace(gpu_fallback="cpu"))
-    fleet = worker_fleet(fallback)
-    assert "worker-gpu0" in fleet.children  # the stand-in still serves the gpu queue
     r = redis.Redis.from_url(settings.redis_url)
     key = FLEET_KEY.format(host=socket.gethostname())
     before = r.get(key)
     try:
         fleet.on_step(fleet)
         report = json.loads(r.get(key))
-        # A fleet that stops takes its report back (no child runs here: nothing to stop).
-        fleet.stop()
-        withdrawn = r.get(key)
+        fleet.stop()  # no child runs here: nothing to stop but the report
+        return report, r.get(key)
     finally:
-        # The report tells every later test's routing of this host's devices: put it back.
         r.set(key, before) if before is not None else r.delete(key)
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has CUDA: its devices are real")
+def test_without_cuda_routing_is_told_of_no_gpu_and_large_jobs_stay_on_cpu(settings):
+    """The demo's case: a gpu worker stands in on CPU (fallback), but routing must not
+    count it as a device, or a large job waits for its cold start while cpu workers idle."""
+    from fleet.processes import one_machine_settings, worker_fleet
+    from jobs.planner import LiveLanes, Prices, route
+
+    fallback = one_machine_settings(settings.replace(gpu_fallback="cpu"))
+    fleet = worker_fleet(fallback)
+    assert "worker-gpu0" in fleet.children  # the stand-in still serves the gpu queue
+    report, withdrawn = _report_and_withdrawal(settings, fleet)
     assert report == {"gpu_devices": 0}
-    assert withdrawn is None
+    assert withdrawn is None  # a fleet that stops takes its report back
     live = LiveLanes(cpu_workers=1, gpu_workers_up=0, gpu_devices=report["gpu_devices"])
     chosen = route("standard", 1200, gpu_threshold=500, deadline=3600, stats=None,
                    live=live, prices=Prices.of(settings))  # fmt: skip
@@ -298,22 +303,8 @@ def test_without_cuda_routing_is_told_of_no_gpu_and_large_jobs_stay_on_cpu(setti
 def test_devices_an_operator_names_are_reported_without_cuda(settings):
     """LANEWAY_GPU_DEVICES names devices the operator vouches for (a test lane of CPU
     stand-ins, or CUDA hidden from this process): routing is told of each of them."""
-    import json
-    import socket
-
-    import redis
-
     from fleet.processes import one_machine_settings, worker_fleet
-    from jobs.lanes import FLEET_KEY
 
     named = one_machine_settings(settings.replace(gpu_fallback="cpu", gpu_devices=("0", "1")))
-    fleet = worker_fleet(named)
-    r = redis.Redis.from_url(settings.redis_url)
-    key = FLEET_KEY.format(host=socket.gethostname())
-    before = r.get(key)
-    try:
-        fleet.on_step(fleet)
-        report = json.loads(r.get(key))
-    finally:
-        r.set(key, before) if before is not None else r.delete(key)
-    assert report == {"gpu_devices": 2}
+    report, withdrawn = _report_and_withdrawal(settings, worker_fleet(named))
+    assert report == {"gpu_devices": 2} and withdrawn is None
