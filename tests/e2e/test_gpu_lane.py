@@ -163,6 +163,9 @@ def test_gpu_work_at_zero_starts_workers_and_beat_stops_the_idle_one_not_the_bus
     with session_scope(settings) as session:
         chunk = session.scalars(select(Chunk).where(Chunk.job_id == job.id)).one()
         busy_node, chunk_started, chunk_done = chunk.worker, chunk.started_at, chunk.finished_at
+        # The model stage's hand-on to the post stage (queued for it): the busy gpu worker's
+        # last moment of work on this chunk. started_at is the post stage's claim.
+        model_done = chunk.queued_at
         # A gpu worker falling back to the CPU follows the CPU's precision rules.
         expected = choose("auto", chunk.device).precision
         assert (chunk.precision, chunk.runtime) == (expected, runtime_label(expected, chunk.device))
@@ -184,9 +187,10 @@ def test_gpu_work_at_zero_starts_workers_and_beat_stops_the_idle_one_not_the_bus
     downs = wait_for(scaled_down, 60, "both gpu workers scaled down", fleet)
     idle_down = next(e for e in downs if e.hostname == idle_node)
     busy_down = next(e for e in downs if e.hostname == busy_node)
-    # The idle one went while the other still ran the chunk; the busy one only after.
+    # The idle one went while the other still ran the chunk; the busy one only once its
+    # model stage had handed the chunk on (the cpu lane's post stage may still run then).
     assert idle_down.created_at < chunk_done
-    assert busy_down.created_at > chunk_done > chunk_started
+    assert busy_down.created_at > model_done and chunk_done > chunk_started >= model_done
 
     def stop_reasons():
         with session_scope(settings) as session:
