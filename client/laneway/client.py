@@ -28,7 +28,7 @@ from laneway._base import (
     job_timed_out,
     unhealthy,
 )
-from laneway._base import items_body as _items  # noqa: F401 - the 0.2 name, for callers
+from laneway._base import items_body as _items  # noqa: F401 - the 0.1 name, for callers
 from laneway.errors import ClientError, LanewayConnectionError, LanewayError, error_from
 from laneway.retry import RETRIED_ERRORS, RETRIED_STATUSES, Attempts, Backoff, Retry
 from laneway.retry import parse_retry_after as parse_retry_after
@@ -42,7 +42,7 @@ class Client(Calls):
     and the inline endpoints (classify, score, extract, embed, OpenAI-style embeddings).
 
     `base_url` and `api_key` default to LANEWAY_URL and LANEWAY_API_KEY; `retry` bounds
-    the retries (`backoff` is its 0.2 name); `transport` replaces the network (e.g.
+    the retries (`backoff` is its 0.1 name); `transport` replaces the network (e.g.
     httpx.WSGITransport(app) in tests)."""
 
     def __init__(

@@ -70,7 +70,7 @@ class Retry:
         return self.rng.uniform(wait / 2, wait) if self.jitter else wait
 
 
-Backoff = Retry  # the name of the 0.2 client
+Backoff = Retry  # the name of the 0.1 client
 
 
 class Attempts:

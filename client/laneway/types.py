@@ -1,7 +1,7 @@
 """Typed answers: jobs, pages of jobs and results, as frozen dataclasses.
 
 Each keeps the server's JSON in `raw`, and reads it by key too (`job["id"]`,
-`record["label"]`), so code written against the dict answers of the 0.2 client keeps
+`record["label"]`), so code written against the dict answers of the 0.1 client keeps
 working; attributes are the typed way in.
 """
 
