@@ -28,10 +28,16 @@ def claim(
 ) -> IdempotencyKey | None:
     """Claim `key` for this request and commit: None when it is now this request's, the
     row that holds it otherwise (its job_id is None while that request is still storing
-    its job). Expired keys are swept first, so an expired one is claimed afresh."""
+    its job). This key's expired row goes in the same transaction, so an expired key is
+    claimed afresh; the others' are swept by the reconciler (`sweep`), off this path."""
     now = datetime.now(UTC)
-    session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at <= now))
-    session.commit()
+    session.execute(
+        delete(IdempotencyKey).where(
+            IdempotencyKey.account_id == account_id,
+            IdempotencyKey.key == key,
+            IdempotencyKey.expires_at <= now,
+        )
+    )
     try:
         session.add(
             IdempotencyKey(
@@ -69,3 +75,11 @@ def release(session: Session, account_id: int, key: str) -> None:
         )
     )
     session.commit()
+
+
+def sweep(session: Session) -> int:
+    """Delete every expired key (the reconciler's round); returns how many went."""
+    gone = session.execute(
+        delete(IdempotencyKey).where(IdempotencyKey.expires_at <= datetime.now(UTC))
+    )
+    return gone.rowcount or 0

@@ -25,6 +25,7 @@ from core.queueing.dispatch import chunk_task_ids, send_chunks
 from core.store.fleet_metrics import mark
 from core.store.redis_conn import redis_client
 from core.vocab import LANES
+from db import idempotency
 from db.common import UNSETTLED_CHUNK_STATES, aware, utcnow
 from db.models import Chunk, Job, Worker
 from db.session import after_commit, session_scope
@@ -175,5 +176,7 @@ def reconcile(emptied_at: float | None = None) -> dict[str, Any]:
         "depth": depth_alerts(settings),
         "outbox": resend_lost_outbox(settings),
     }
+    with session_scope(settings) as session:
+        idempotency.sweep(session)  # keys past their day answer nothing any more
     mark("reconcile", settings)  # a whole pass: the stalled-reconciler alert reads it
     return outcome

@@ -143,3 +143,24 @@ def test_an_upload_sent_again_is_one_job_and_another_file_a_409(client, account_
     other = upload(body.replace(b"late", b"lost"))
     assert other.status_code == 409 and "different request body" in other.json["message"]
     assert _jobs_of(settings, account.id) == 1
+
+
+def test_the_reconciler_sweeps_expired_keys_and_keeps_live_ones(account_factory, settings):
+    from datetime import timedelta
+
+    from db import idempotency
+    from db.session import session_factory
+
+    account, _ = account_factory()
+    with session_factory(settings)() as session:  # claim commits, as the web view's does
+        assert idempotency.claim(session, account.id, "old", "x", ttl=timedelta(seconds=-1)) is None
+        assert idempotency.claim(session, account.id, "new", "x") is None
+    with session_scope(settings) as session:
+        assert idempotency.sweep(session) >= 1
+    with session_scope(settings) as session:
+        keys = set(
+            session.scalars(
+                select(IdempotencyKey.key).where(IdempotencyKey.account_id == account.id)
+            )
+        )
+    assert keys == {"new"}
