@@ -35,7 +35,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created, job_id = json.loads(raw)
         return datetime.fromisoformat(created), uuid.UUID(job_id)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
         raise InputError(
             "'cursor' is not a cursor this API handed out: pass back next_cursor as given"
         ) from None

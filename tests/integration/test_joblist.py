@@ -4,6 +4,7 @@ and a bad cursor, limit or status a 400 naming it."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 import pytest
@@ -102,6 +103,8 @@ def test_another_accounts_jobs_are_never_listed(client, account_factory):
         ({"cursor": "not-a-cursor"}, "'cursor'"),
         ({"cursor": "W10"}, "'cursor'"),  # base64 of [] : valid base64, not a position
         ({"cursor": "WyJ4IiwgInkiXQ"}, "'cursor'"),  # ["x", "y"]
+        # Arrays nested past the JSON parser's depth: refused, not a 500.
+        ({"cursor": base64.urlsafe_b64encode(b"[" * 2500).decode()}, "'cursor'"),
         ({"status": "done"}, "'done'"),
         ({"status": "queued,"}, "''"),
     ],
