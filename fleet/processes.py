@@ -198,11 +198,9 @@ def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
 
 def gpu_depth_reader(settings: Settings):  # noqa: ANN201
     """The gpu lane's depth (queued + reserved + running), for scale-from-zero."""
-    from core.queueing.broker import lane_depth
-    from core.store.redis_conn import redis_client
+    from core.queueing.broker import depth
 
-    r = redis_client(settings)
-    return lambda: lane_depth(r, "gpu")["depth"]
+    return lambda: depth(settings, "gpu")["depth"]
 
 
 class FleetReporter:

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.config.settings import Settings, get_settings
-from core.queueing.broker import lane_depths
+from core.queueing.broker import BROKER_ERRORS, depths
 from core.store.redis_conn import redis_client
 from db import common
 from db.common import utcnow
@@ -169,12 +169,11 @@ def live_lanes(settings: Settings, session: Session) -> LiveLanes:
     timeout)."""
     workers = common.alive_workers(session, settings.worker_dead_after)
     try:
-        r = redis_client(settings)
         backlog = {
             lane: found["depth"] * settings.chunk_size
-            for lane, found in lane_depths(r, ("cpu", "gpu")).items()
+            for lane, found in depths(settings, ("cpu", "gpu")).items()
         }
-    except redis.RedisError:
+    except BROKER_ERRORS:
         backlog = {"cpu": 0, "gpu": 0}
     return LiveLanes(
         cpu_workers=sum("cpu" in w.queues for w in workers),

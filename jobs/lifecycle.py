@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from core.config.settings import Settings, get_settings
 from core.obs import metrics
 from core.queueing.alerts import raise_alert
-from core.queueing.broker import lane_depth
+from core.queueing.broker import BROKER_ERRORS, depth
 from core.queueing.dispatch import dispatch_job
 from core.store.redis_conn import redis_client
 from core.vocab import LANES
@@ -200,10 +200,10 @@ def _held_items(session: Session, lane: str) -> int:
 
 def lane_is_full(settings: Settings, lane: str) -> bool:
     """True when the lane's depth (queued + reserved + running) has reached its limit.
-    When Redis cannot say, the lane counts as open: the job is stored either way."""
+    When the broker cannot say, the lane counts as open: the job is stored either way."""
     try:
-        return lane_depth(redis_client(settings), lane)["depth"] >= settings.lane_limit(lane)
-    except redis.RedisError:
+        return depth(settings, lane)["depth"] >= settings.lane_limit(lane)
+    except BROKER_ERRORS:
         return False
 
 
@@ -230,14 +230,13 @@ def release_held_jobs(settings: Settings | None = None) -> list[str]:
     """Send held jobs, oldest first, while their lane has room under its limit."""
     settings = settings or get_settings()
     released: list[str] = []
-    r = redis_client(settings)
     for lane in LANES:
         limit = settings.lane_limit(lane)
         try:
-            depth = lane_depth(r, lane)["depth"]
-        except redis.RedisError:
+            found = depth(settings, lane)["depth"]
+        except BROKER_ERRORS:
             return []
-        if depth >= limit:
+        if found >= limit:
             continue
         with session_scope(settings) as session:
             jobs = session.scalars(
@@ -248,12 +247,12 @@ def release_held_jobs(settings: Settings | None = None) -> list[str]:
             ).all()
             now = utcnow()
             for job in jobs:
-                if depth >= limit:
+                if found >= limit:
                     break
                 sent = chunks.release_held(session, job, now)
                 job.status = "queued"
-                record_event(session, job.id, "released", {"depth": depth})
-                depth += len(sent)
+                record_event(session, job.id, "released", {"depth": found})
+                found += len(sent)
                 released.append(str(job.id))
                 after_commit(session, partial(dispatch_job, str(job.id), lane, sent))
     return released

@@ -19,11 +19,10 @@ from sqlalchemy import exists, select, update
 
 from core.config.settings import Settings
 from core.queueing.alerts import raise_alert
-from core.queueing.broker import lane_depths, snapshot
+from core.queueing.broker import broker_snapshot, depths
 from core.queueing.celery_app import QUEUES, LanewayTask, app_settings
-from core.queueing.dispatch import chunk_task_ids, send_chunks
+from core.queueing.dispatch import chunk_messages, send_chunks
 from core.store.fleet_metrics import mark
-from core.store.redis_conn import redis_client
 from core.vocab import LANES
 from db import idempotency
 from db.common import UNSETTLED_CHUNK_STATES, aware, utcnow
@@ -80,6 +79,18 @@ def recover_chunks(
     A chunk that has been started too often is split; a chunk of a job being cancelled is
     cancelled instead. Each of these is a transition of jobs/chunks.py, which locks the
     candidates `SKIP LOCKED` so that the reconciler never waits for a worker.
+
+    On RabbitMQ (durable quorum queues, publisher confirms) a confirmed publish is not
+    lost, and a worker's unacknowledged messages go back to their queue the moment its
+    connection drops; what is left to lose is a send that failed after its commit (the
+    broker away) and a message dropped at the queue's delivery limit. AMQP lists no
+    message without consuming it, so a queued chunk counts as lost when its stage's queue
+    holds no ready message at all (nothing waits that could be it) and it has waited past
+    `redispatch_after` plus the longest countdown (LanewayTask.retry_backoff_max: a retried
+    task waits out its countdown in Celery's delay queues, not in the lane's). A lost
+    message is found once its queue drains, later than on Redis but never missed. A chunk
+    sent twice is harmless, as on Redis: a later claim takes the chunk over, only the
+    claim's holder records its end, and results are upserted.
     """
     settings = settings or app_settings()
     now = utcnow()
@@ -88,26 +99,29 @@ def recover_chunks(
     to_send: list[tuple[Chunk, str]] = []
     settle_jobs: set[uuid.UUID] = set()
     queued_before = now - timedelta(seconds=settings.redispatch_after)
-    if emptied_at is not None:
+    if settings.broker_is_rabbitmq:
+        # Redis coming back empty loses none of RabbitMQ's messages: no prompt resend.
+        queued_before -= timedelta(seconds=LanewayTask.retry_backoff_max)
+    elif emptied_at is not None:
         queued_before = max(queued_before, min(emptied_at, now))
     with session_scope(settings) as session:
         candidates = chunks.lock_recoverable(session, queued_before)
         if not candidates:
             return outcome
         # Read after the rows are locked: a worker claiming one of them now waits for us.
-        broker = snapshot(redis_client(settings), QUEUES)
+        broker = broker_snapshot(settings, QUEUES)
         for chunk, lane, status in candidates:
-            ids = chunk_task_ids(chunk.task_id, lane)
+            messages = chunk_messages(chunk.task_id, lane)
             limit = settings.chunk_timeout_for(lane) + LIMIT_GRACE
             held_since = now.timestamp() - limit
             if chunk.state == "queued":
-                if any(broker.holds(i, delivered_after=held_since) for i in ids):
+                if any(broker.holds(i, held_since, queue) for i, queue in messages):
                     continue
                 reason = "its broker message was lost"
             elif chunk.worker_instance in alive:
                 if aware(chunk.started_at) > now - timedelta(seconds=limit):
                     continue
-                if any(broker.holds(i) for i in ids):
+                if any(broker.holds(i, queue=queue) for i, queue in messages):
                     continue
                 reason = "it outlived its time limit"
             else:
@@ -148,9 +162,8 @@ def finalize_orphaned_jobs(settings: Settings | None = None) -> list[str]:
 def depth_alerts(settings: Settings | None = None) -> dict[str, int]:
     """Each lane's depth; alert for those above LANEWAY_ALERT_DEPTH."""
     settings = settings or app_settings()
-    r = redis_client(settings)
-    depths = {lane: found["depth"] for lane, found in lane_depths(r, LANES).items()}
-    for lane, depth in depths.items():
+    found = {lane: queue["depth"] for lane, queue in depths(settings, LANES).items()}
+    for lane, depth in found.items():
         if depth > settings.alert_depth:
             raise_alert(
                 f"depth:{lane}",

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import amqp.exceptions
 import redis
+from kombu import Connection
 from sqlalchemy import update
 
 from core.queueing.broker import UNACKED, UNACKED_INDEX, queue_keys
@@ -25,11 +27,27 @@ def empty_queues(settings, unacked: bool = False) -> None:
     interactive request waiting on its list (and, with unacked, the messages delivered to
     workers no longer running)."""
     r = redis.Redis.from_url(settings.redis_url)
-    keys = [key for queue in QUEUES for key in queue_keys(queue)]
-    keys += [requests_key(lane) for lane in LANES]  # the interactive requests' lists
-    if unacked:
-        keys += [UNACKED, UNACKED_INDEX]
+    keys = [requests_key(lane) for lane in LANES]  # the interactive requests' lists
+    if settings.broker_is_rabbitmq:
+        # A dead worker's unacknowledged messages went back to their queue when its
+        # connection dropped: purging the queues drops them too.
+        purge_rabbitmq(settings.broker, QUEUES)
+    else:
+        keys += [key for queue in QUEUES for key in queue_keys(queue)]
+        if unacked:
+            keys += [UNACKED, UNACKED_INDEX]
     r.delete(*keys)
+
+
+def purge_rabbitmq(url: str, queues) -> None:
+    """Drop every ready message of `queues` (those never declared hold none)."""
+    with Connection(url, connect_timeout=5) as conn:
+        channel = conn.channel()
+        for queue in queues:
+            try:
+                channel.queue_purge(queue)
+            except amqp.exceptions.NotFound:
+                channel = conn.channel()
 
 
 def quiesce(settings, unacked: bool = False) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, Field, Strict, ValidationError
 from pydantic_settings import NoDecode
@@ -238,6 +239,26 @@ def redis_url(name: str) -> Callable[[str], str]:
                 f"{name} must be a redis://, rediss:// or redis+socket:// URL, "
                 f"got {mask_url(url)!r}"
             )
+        return url
+
+    return parse
+
+
+BROKER_SCHEMES = ("redis://", "rediss://", "redis+socket://", "amqp://", "amqps://")
+
+
+def broker_url(name: str) -> Callable[[str], str]:
+    """The batch lanes' broker: Redis, or RabbitMQ (AMQP 0-9-1, through py-amqp)."""
+
+    def parse(raw: str) -> str:
+        url = raw.strip()
+        if not url.startswith(BROKER_SCHEMES):
+            raise SettingsError(
+                f"{name} must be an amqp://, amqps:// (RabbitMQ) or redis://, rediss://, "
+                f"redis+socket:// URL, got {mask_url(url)!r}"
+            )
+        if url.startswith(("amqp://", "amqps://")) and not urlsplit(url).hostname:
+            raise SettingsError(f"{name} names no host: {mask_url(url)!r}")
         return url
 
     return parse

@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     database_url: Annotated[str, parse.parsed(parse.database_url("LANEWAY_DATABASE_URL"))] = ""
     redis_url: Annotated[str, parse.parsed(parse.redis_url("LANEWAY_REDIS_URL"))] = ""
     embedded_redis: bool = True  # derived: no LANEWAY_REDIS_URL
+    # The batch lanes' broker: amqp:// for RabbitMQ; empty, the Redis of LANEWAY_REDIS_URL.
+    # The result backend, caches and the interactive path stay on Redis either way.
+    broker_url: Annotated[str, parse.parsed(parse.broker_url("LANEWAY_BROKER_URL"))] = ""
     chunk_size: Count = 256
     gpu_threshold: Natural = 500
     # "measured": route by the lanes' measured costs once both are measured (the threshold
@@ -471,6 +474,25 @@ class Settings(BaseSettings):
         """Seconds a queued chunk may lack a broker message before it is sent again; the
         margin covers the commit-then-send gap of a job being submitted."""
         return 2 * self.reconcile_interval + 20
+
+    @property
+    def broker(self) -> str:
+        """The batch lanes' broker URL: LANEWAY_BROKER_URL, else the Redis of the rest."""
+        return self.broker_url or self.redis_url
+
+    @property
+    def broker_is_rabbitmq(self) -> bool:
+        """True when the batch lanes' broker is RabbitMQ (LANEWAY_BROKER_URL amqp://)."""
+        return self.broker_url.startswith(("amqp://", "amqps://"))
+
+    @property
+    def broker_delivery_limit(self) -> int:
+        """RabbitMQ's `x-delivery-limit` on the lanes' quorum queues: one delivery more
+        than a chunk's starts before Laneway splits it (jobs/chunks.attempt_limit), so
+        Laneway's own dead-letter handling acts first; RabbitMQ drops only a message that
+        kills its worker before any claim can count it (the reconciler then sends its
+        chunk again, into Laneway's own accounting)."""
+        return self.max_chunk_attempts + self.chunk_retries + 1
 
     @property
     def redis_socket(self) -> Path | None:

@@ -1,4 +1,9 @@
-"""What the Redis broker holds: each lane's depth and the ids of the tasks it still carries.
+"""What the broker holds: each lane's depth and the ids of the tasks it still carries.
+
+`depths` and `broker_snapshot` read whichever broker settings.broker names; the rest of
+this module reads Redis's internals, and `rabbitmq_ready` RabbitMQ's.
+
+Redis:
 
 Kombu's Redis transport keeps a queue's waiting messages in lists (one per priority step)
 and every delivered but unacknowledged message (prefetched, reserved or running: Laneway
@@ -16,7 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import amqp.exceptions
+import kombu.exceptions
 import redis
+from kombu import Connection
 
 from core.config.settings import Settings
 from core.queueing.celery_app import QUEUES
@@ -84,7 +92,7 @@ def lane_depths(r: redis.Redis, queues: Iterable[str]) -> dict[str, dict[str, in
 
 def queue_depths(settings: Settings) -> dict[str, dict[str, int]]:
     """Every Laneway queue's depth (the /lanes endpoint, the dashboard, the scrape)."""
-    return lane_depths(redis_client(settings), QUEUES)
+    return depths(settings, QUEUES)
 
 
 def lane_depth(r: redis.Redis, queue: str) -> dict[str, int]:
@@ -94,13 +102,20 @@ def lane_depth(r: redis.Redis, queue: str) -> dict[str, int]:
 
 @dataclass
 class Snapshot:
-    """Task ids in the broker: waiting in a queue, or delivered (with delivery time)."""
+    """Task ids in the broker: waiting in a queue, or delivered (with delivery time).
+
+    RabbitMQ shows no message without consuming it: there, `busy` names the queues holding
+    any ready message, and a task counts as held while its queue is busy (the reconciler,
+    tasks/maintenance.py, says why that is enough)."""
 
     waiting: set[str] = field(default_factory=set)
     delivered: dict[str, float] = field(default_factory=dict)
+    busy: set[str] | None = None
 
-    def holds(self, task_id: str, delivered_after: float = 0.0) -> bool:
+    def holds(self, task_id: str, delivered_after: float = 0.0, queue: str = "") -> bool:
         """True when the task waits in a queue, or was delivered after `delivered_after`."""
+        if self.busy is not None:
+            return queue in self.busy
         if task_id in self.waiting:
             return True
         at = self.delivered.get(task_id)
@@ -140,3 +155,59 @@ def broker_emptied(r: redis.Redis) -> bool:
 
 def mark_broker(r: redis.Redis) -> None:
     r.set(EPOCH_KEY, str(time.time()), nx=True)
+
+
+# --- either broker ----------------------------------------------------------------------
+
+# What a broker that cannot be read raises: callers fall back as they do without Redis.
+BROKER_ERRORS: tuple[type[BaseException], ...] = (
+    redis.RedisError,
+    kombu.exceptions.OperationalError,
+    amqp.exceptions.AMQPError,
+    OSError,
+)
+AMQP_TIMEOUT = 5  # seconds to connect to RabbitMQ before a read gives up
+
+
+def rabbitmq_ready(url: str, queues: Iterable[str]) -> dict[str, int]:
+    """Messages ready in each RabbitMQ queue, from a passive declare (AMQP 0-9-1's
+    queue.declare-ok carries the count; no management plugin needed). Messages delivered
+    to consumers and not yet acknowledged are not in it: AMQP does not report them. A
+    queue nobody declared yet holds nothing."""
+    ready: dict[str, int] = {}
+    with Connection(url, connect_timeout=AMQP_TIMEOUT) as conn:
+        channel = conn.channel()
+        for queue in queues:
+            try:
+                ready[queue] = channel.queue_declare(queue, passive=True).message_count
+            except amqp.exceptions.NotFound:
+                ready[queue] = 0
+                channel = conn.channel()  # the broker closed the channel with its 404
+    return ready
+
+
+def depths(settings: Settings, queues: Iterable[str]) -> dict[str, dict[str, int]]:
+    """Each queue's depth on the broker settings.broker names. On RabbitMQ `delivered` is
+    0 (AMQP does not count unacknowledged messages), so depth is what waits; an
+    interactive queue also counts its lane's request list in Redis."""
+    queues = list(queues)
+    if not settings.broker_is_rabbitmq:
+        return lane_depths(redis_client(settings), queues)
+    ready = rabbitmq_ready(settings.broker, queues)
+    interactive = [q for q in queues if q.startswith(INTERACTIVE_PREFIX)]
+    if interactive:
+        r = redis_client(settings)
+        for queue in interactive:
+            ready[queue] += r.llen(requests_key(queue.removeprefix(INTERACTIVE_PREFIX)))
+    return {q: {"queued": ready[q], "delivered": 0, "depth": ready[q]} for q in queues}
+
+
+def depth(settings: Settings, queue: str) -> dict[str, int]:
+    return depths(settings, [queue])[queue]
+
+
+def broker_snapshot(settings: Settings, queues: Iterable[str]) -> Snapshot:
+    """What the broker holds, for the reconciler: task ids on Redis, busy queues on RabbitMQ."""
+    if not settings.broker_is_rabbitmq:
+        return snapshot(redis_client(settings), queues)
+    return Snapshot(busy={q for q, n in rabbitmq_ready(settings.broker, queues).items() if n})

@@ -78,20 +78,51 @@ CHUNK_TASKS = frozenset(
 )
 
 
-def celery_config(settings: Settings) -> dict[str, Any]:
-    config = {
-        "broker_url": settings.redis_url,
-        "result_backend": backend_url(settings.redis_url),
-        "broker_connection_retry_on_startup": True,
+def rabbitmq_config(settings: Settings) -> dict[str, Any]:
+    """What RabbitMQ as the broker adds. Every Laneway queue is a quorum queue: durable and
+    replicated, it keeps a confirmed publish across a broker restart, and its
+    `x-delivery-limit` drops a message that keeps killing its worker (settings.
+    broker_delivery_limit says why that count). Publishes wait for the broker's confirm, so
+    a send that returns is stored. Celery then consumes with per-consumer QoS (quorum
+    queues have no global QoS: `worker_detect_quorum_queues`) and sends countdowns through
+    its native delayed delivery, which routes through topic exchanges: Laneway's default
+    exchange is one (its routing keys are the queue names, as with a direct exchange)."""
+    arguments = {"x-queue-type": "quorum", "x-delivery-limit": settings.broker_delivery_limit}
+    return {
+        "broker_transport_options": {"confirm_publish": True},
+        "task_queues": [
+            Queue(name, routing_key=name, queue_arguments=arguments) for name in QUEUES
+        ],
+        "task_default_queue_type": "quorum",
+        "task_default_exchange_type": "topic",
+        "worker_detect_quorum_queues": True,
+        "broker_native_delayed_delivery_queue_type": "quorum",
+    }
+
+
+def redis_broker_config(settings: Settings) -> dict[str, Any]:
+    return {
         # Longer than a reserved chunk can wait and run, or Redis redelivers a running chunk.
         "broker_transport_options": {
             "visibility_timeout": visibility_timeout(settings.longest_chunk_timeout)
         },
+        "task_queues": [Queue(name, routing_key=name) for name in QUEUES],
+    }
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The app's configuration; the broker is whatever settings.broker names (Redis unless
+    LANEWAY_BROKER_URL says amqp://), the result backend always Redis."""
+    broker = rabbitmq_config if settings.broker_is_rabbitmq else redis_broker_config
+    config = {
+        "broker_url": settings.broker,
+        "result_backend": backend_url(settings.redis_url),
+        "broker_connection_retry_on_startup": True,
+        **broker(settings),
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
         "result_expires": 24 * 3600,  # never 0: chords need their results
-        "task_queues": [Queue(name, routing_key=name) for name in QUEUES],
         "task_default_queue": "cpu",
         "task_routes": {
             "laneway.aggregate_job": {"queue": MAINTENANCE_QUEUE},

@@ -27,8 +27,13 @@ def stage_task_id(chunk_task_id: str, stage: str) -> str:
 
 
 def chunk_task_ids(chunk_task_id: str, lane: str) -> list[str]:
+    return [task_id for task_id, _ in chunk_messages(chunk_task_id, lane)]
+
+
+def chunk_messages(chunk_task_id: str, lane: str) -> list[tuple[str, str]]:
+    """Each message a chunk may have in the broker: its task id and the queue it goes to."""
     stages = ("run",) if lane == "cpu" else GPU_STAGES
-    return [stage_task_id(chunk_task_id, s) for s in stages]
+    return [(stage_task_id(chunk_task_id, s), STAGE_QUEUE[s]) for s in stages]
 
 
 def chunk_signature(chunk: Any, lane: str, settings: Settings | None = None, app: Any = None):  # noqa: ANN201

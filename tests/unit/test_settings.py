@@ -489,3 +489,34 @@ def test_variable_names_match_as_the_shell_spells_them(monkeypatch):
 def test_an_out_of_bounds_number_is_quoted_as_read(var, value, message):
     with pytest.raises(SettingsError, match=message):
         Settings.from_env({var: value})
+
+
+def test_the_broker_is_redis_unless_an_amqp_url_names_rabbitmq():
+    from core.queueing.celery_app import celery_config
+
+    redis_only = Settings.from_env({"LANEWAY_REDIS_URL": "redis://cache:6379/2"})
+    assert redis_only.broker == "redis://cache:6379/2" and not redis_only.broker_is_rabbitmq
+    config = celery_config(redis_only)
+    assert config["broker_url"] == "redis://cache:6379/2"
+    assert all(q.queue_arguments is None for q in config["task_queues"])
+    assert "visibility_timeout" in config["broker_transport_options"]
+
+    url = "amqp://laneway:secret@mq:5672/laneway"
+    rabbit = Settings.from_env({"LANEWAY_REDIS_URL": "redis://cache:6379/2",
+                                "LANEWAY_BROKER_URL": url})  # fmt: skip
+    config = celery_config(rabbit)
+    assert rabbit.broker_is_rabbitmq and config["broker_url"] == url
+    assert config["result_backend"].endswith("+redis://cache:6379/2")  # results stay on Redis
+    assert {q.name: q.queue_arguments for q in config["task_queues"]} == {
+        name: {"x-queue-type": "quorum", "x-delivery-limit": rabbit.broker_delivery_limit}
+        for name in ("cpu", "gpu", "maintenance", "interactive.cpu", "interactive.gpu")
+    }
+    assert config["broker_transport_options"] == {"confirm_publish": True}
+    assert config["task_default_exchange_type"] == "topic"  # native delayed delivery
+    assert config["task_acks_late"] and config["task_reject_on_worker_lost"]
+
+
+@pytest.mark.parametrize("url", ["http://mq:5672", "amqp://", "mq:5672", "kafka://broker:9092"])
+def test_a_bad_broker_url_stops_start_up_naming_it(url):
+    with pytest.raises(SettingsError, match="LANEWAY_BROKER_URL"):
+        Settings.from_env({"LANEWAY_BROKER_URL": url})
