@@ -29,7 +29,7 @@ from celery.signals import (
 )
 
 from core.obs import metrics, metrics_server, tracing
-from core.queueing.celery_app import CHUNK_TASKS, app_settings
+from core.queueing.celery_app import CHUNK_TASKS, app_settings, declare_queues
 from core.store.redis_conn import ensure_embedded_redis
 from core.vocab import GPU_QUEUES
 from workers.devices import LaneError, check_lane
@@ -89,6 +89,8 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
         # Batch workers yield the CPU to interactive ones; the pool inherits the niceness.
         os.nice(settings.batch_nice)
     serial_tokenizers(queues)
+    if settings.broker_is_rabbitmq:
+        declare_queues(instance.app)
     set_worker(instance=new_instance_id(sender), hostname=sender, queues=queues, device=device)
     if not _forks(instance):
         tracing.configure(tracing.worker_service(queues))  # this process runs the tasks

@@ -13,6 +13,7 @@ and jitter; anything else fails the task.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from core.queueing.result_backend import backend_url
 from core.vocab import INTERACTIVE_PREFIX, LANES
 
 APP_NAME = "laneway"
+log = logging.getLogger(__name__)
 
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.OperationalError,  # connection refused, server restarted, terminated
@@ -176,6 +178,20 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "options": {"expires": 60.0},
         }
     return config
+
+
+def declare_queues(app: Celery) -> None:
+    """Declare every Laneway queue on RabbitMQ, as a worker starts: Celery's native delayed
+    delivery binds each of the app's queues to its delay exchanges, and a queue that no
+    worker consumed yet is not there to bind (a countdown routed to it would be dropped).
+    A broker away now leaves it to Celery's own retries, which declare as they consume."""
+    try:
+        with app.connection_for_write() as conn:
+            channel = conn.default_channel
+            for name in QUEUES:
+                app.amqp.queues[name].bind(channel).declare()
+    except (kombu.exceptions.OperationalError, OSError) as exc:
+        log.warning("could not declare the queues on RabbitMQ: %s", exc)
 
 
 def scale_down_interval(settings: Settings) -> int:

@@ -144,8 +144,16 @@ def start_worker(
 
 
 def worker_ready(proc: Proc, node: str, models: bool = True) -> Callable[[], bool]:
-    """True once the worker `node` answers a ping (and, if it runs models, has loaded them)."""
+    """True once the worker `node` answers a ping (and, if it runs models, has loaded them).
+    The ping goes through the broker the worker inherited (LANEWAY_BROKER_URL: a test on
+    RabbitMQ sets it), else the Redis of the run's app."""
+    from celery import Celery
+
     from tasks import app
+
+    broker = os.environ.get("LANEWAY_BROKER_URL")
+    if broker:  # control's producers come from the app's own pool: an app of that broker
+        app = Celery("ping", broker=broker, set_as_current=False)
 
     def ready() -> bool:
         replies = app.control.ping(destination=[node], timeout=0.5)
