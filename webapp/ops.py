@@ -51,7 +51,7 @@ def lanes():  # noqa: ANN201
     try:
         return jsonify(queue_depths(settings))
     except Exception as exc:  # noqa: BLE001 - an autoscaler must see "unknown", not a 500
-        return jsonify(error="unavailable", message=f"Redis: {type(exc).__name__}"), 503
+        return jsonify(error="unavailable", message=f"broker: {type(exc).__name__}"), 503
 
 
 @ops.get("/metrics")

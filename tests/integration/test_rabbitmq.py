@@ -77,3 +77,19 @@ def test_redis_coming_back_empty_sends_nothing_again_on_rabbitmq(rabbit):
     set_chunk(rabbit, chunk_id, queued_at=utcnow() - timedelta(seconds=3))
     emptied_at = utcnow() - timedelta(seconds=1)
     assert chunk_id not in recover_chunks(rabbit, emptied_at)["redispatched"]
+
+
+def test_gpu_work_waiting_on_rabbitmq_is_what_scaling_and_routing_read(rabbit):
+    from db.session import session_scope
+    from fleet.processes import gpu_depth_reader
+    from jobs.lanes import live_lanes
+
+    gpu_depth = gpu_depth_reader(rabbit)
+    assert gpu_depth() == 0
+    _, (chunk_id,) = make_job(rabbit)
+    set_chunk(rabbit, chunk_id, stage="model")  # the gpu lane's model stage waits to run
+    send_chunks([(get_chunk(rabbit, chunk_id), "gpu")])
+    assert gpu_depth() == 1  # beat's scale-from-zero starts a gpu worker on this
+    with session_scope(rabbit) as session:
+        lanes = live_lanes(rabbit, session)
+    assert (lanes.gpu_backlog_items, lanes.cpu_backlog_items) == (rabbit.chunk_size, 0)
