@@ -215,3 +215,16 @@ def account_factory(settings, migrated):
         return account, key
 
     return make
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def lanes(request, settings, monkeypatch):
+    """The settings of a test run on each broker of the batch lanes: this run's Redis, or a
+    RabbitMQ vhost of the test's own (tests/rabbit.py), which every process it starts uses."""
+    if request.param == "redis":
+        yield settings
+        return
+    from tests.rabbit import on_rabbitmq
+
+    with on_rabbitmq(settings, monkeypatch) as rabbit:
+        yield rabbit

@@ -11,20 +11,25 @@ from sqlalchemy import select
 from db.models import Chunk, JobItem, Result
 from db.session import session_scope
 from jobs.submit import submit_job
-from tests.e2e.procs import http, wait_for
+from tests.e2e.procs import http, start_web, wait_for
 from tests.faults.harness import LONG_TEXT, cpu_worker
 
 pytestmark = pytest.mark.e2e
 
 
 def test_cancel_stops_the_running_chunk_between_micro_batches(
-    settings, migrated, account_factory, shared_web, tmp_path
+    lanes, migrated, account_factory, request, tmp_path
 ):
+    """On either broker of the batch lanes (the web app with it: RabbitMQ needs its own)."""
+    settings = lanes
     account, key = account_factory("trial")
     # Chunks of 60 long texts, one text per micro-batch: a chunk runs for seconds.
     items = [(f"c{i}", f"{LONG_TEXT} #{i}") for i in range(180)]
     job_id = submit_job(account, items, settings=settings.replace(chunk_size=60)).id
-    web, url = shared_web
+    if settings.broker_is_rabbitmq:
+        own_web = web, url = start_web(tmp_path)
+    else:
+        own_web, (web, url) = None, request.getfixturevalue("shared_web")
     worker = cpu_worker(tmp_path, "cpu-cancel", env={"LANEWAY_BATCH_SIZE": "1"})
     try:
 
@@ -59,6 +64,8 @@ def test_cancel_stops_the_running_chunk_between_micro_batches(
         stopped_after = time.monotonic() - asked
     finally:
         worker.stop()
+        if own_web:
+            web.stop()
     done = [c for c in chunks() if c.state == "done"]
     stopped = [c for c in chunks() if c.id == running]
     never = [c for c in chunks() if c.state == "cancelled" and c.id != running]
@@ -76,4 +83,5 @@ def test_cancel_stops_the_running_chunk_between_micro_batches(
         ).all()
     assert sorted(pos for pos, _ in kept) == list(range(first.start, first.stop))
     assert all(error is None for _, error in kept)
-    print(f"FIGURES cancel: stopped_after={stopped_after:.2f}s")
+    broker = "rabbitmq" if settings.broker_is_rabbitmq else "redis"
+    print(f"FIGURES cancel ({broker}): stopped_after={stopped_after:.2f}s")

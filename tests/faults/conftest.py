@@ -12,16 +12,3 @@ def quiet(settings, migrated):
     from tests.broker import quiet_fleet
 
     yield from quiet_fleet(settings, unacked=True)
-
-
-@pytest.fixture(params=["redis", "rabbitmq"])
-def lanes(request, settings, monkeypatch):
-    """The settings of a test run on each broker of the batch lanes: this run's Redis, or a
-    RabbitMQ vhost of the test's own (tests/rabbit.py), which every process it starts uses."""
-    if request.param == "redis":
-        yield settings
-        return
-    from tests.rabbit import on_rabbitmq
-
-    with on_rabbitmq(settings, monkeypatch) as rabbit:
-        yield rabbit
