@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,6 +72,8 @@ class TierSampler:
         self._psutil, self.root_pid, self.redis_cpu = psutil, root_pid, redis_cpu
         self.first: dict[int, float] = {}
         self.last: dict[int, tuple[str, float]] = {}
+        # (time, each tier's CPU so far, whether a worker was alive) at every sample
+        self.series: list[tuple[float, dict[str, float], bool]] = []
         self.redis_first = redis_cpu() if redis_cpu else 0.0
         self.redis_last = self.redis_first
         for proc in self._postgres():
@@ -92,10 +95,12 @@ class TierSampler:
             mine = [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             mine = []
+        worker_alive = False
         for proc in mine:
             try:
                 tier = "worker" if "celery" in " ".join(proc.cmdline()) else "bench"
                 self.last[proc.pid] = (tier, self._cpu(proc))
+                worker_alive = worker_alive or tier == "worker"
             except psutil.Error:
                 pass
         for proc in self._postgres():
@@ -108,6 +113,7 @@ class TierSampler:
                 self.redis_last = self.redis_cpu()
             except Exception:  # noqa: BLE001 - a reading missed is the last one kept
                 pass
+        self.series.append((time.monotonic(), self.totals(), worker_alive))
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_S):
@@ -128,6 +134,23 @@ class TierSampler:
         out["redis"] = self.redis_last - self.redis_first
         return out
 
+    def last_seconds_of_workers(self, seconds: float) -> dict[str, float]:
+        """Each tier's CPU over the last `seconds` the benchmark's workers lived: its job's
+        run, which ends as the benchmark stops its worker, without the worker's start (its
+        model's load and precision check) or the bare model's runs before and after."""
+        return window(self.series, seconds)
+
+
+def window(series: list[tuple[float, dict[str, float], bool]], seconds: float) -> dict:
+    """The growth of each tier's CPU from `seconds` before the last sample at which a worker
+    lived to that sample, reading the series at the sample nearest each end."""
+    alive = [i for i, (_, _, worker) in enumerate(series) if worker]
+    if not alive:
+        return {}
+    end_t, end, _ = series[alive[-1]]
+    start = min(series, key=lambda x: abs(x[0] - (end_t - seconds)))[1]
+    return {tier: end[tier] - start.get(tier, 0.0) for tier in end}
+
 
 def redis_cpu_reader(url: str) -> Callable[[], float] | None:
     """Redis's own CPU seconds (INFO cpu), where LANEWAY_REDIS_URL names a server."""
@@ -144,9 +167,11 @@ def redis_cpu_reader(url: str) -> Callable[[], float] | None:
     return read
 
 
-def run_bench(argv: list[str], redis_url: str, out: Path, timeout: float) -> tuple[dict, dict]:
+def run_bench(
+    argv: list[str], redis_url: str, out: Path, timeout: float
+) -> tuple[dict, TierSampler]:
     """Run one benchmark script (its report written to `out`) under the sampler: its
-    report and each tier's CPU seconds."""
+    report and the sampler, which holds each tier's CPU seconds."""
     log = out.with_suffix(".log")
     with open(log, "wb") as fh:
         proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=fh, stderr=fh)
@@ -160,7 +185,7 @@ def run_bench(argv: list[str], redis_url: str, out: Path, timeout: float) -> tup
             sampler.sample()
     if code != 0 or not out.exists():
         raise PlanError(f"{argv[0]} failed (exit {code}); see {log}")
-    return json.loads(out.read_text()), sampler.totals()
+    return json.loads(out.read_text()), sampler
 
 
 # --- from the benchmarks' reports to the profile's figures (pure) ------------------------
@@ -174,11 +199,12 @@ def batch_figures(
     database grew by; with the measured fleet rate, for the checks."""
     items, threads = report["items"], report["threads"]
     bare = report["bare"].get(precision) or report["bare"]["fp32"]
-    model = threads / bare["items_per_s"]
     fleet = report["fleets"][0]
     cost = BatchCost(
-        model_cpu_s=model,
-        worker_cpu_s=max(0.0, tiers["worker"] / items - model),
+        # a worker's cores are held for the model's time and for the job's time outside the
+        # model stage (tokenizing, claims, upserts, hand-offs), whether busy or waiting
+        model_cpu_s=threads / bare["items_per_s"],
+        worker_cpu_s=threads * fleet["outside_model_seconds"] / items,
         web_cpu_s=0.0,  # the benchmark submits through the service layer, not the web app
         postgres_cpu_s=tiers["postgres"] / items,
         redis_cpu_s=tiers["redis"] / items,
@@ -189,24 +215,26 @@ def batch_figures(
     return cost, measured
 
 
-def interactive_figures(report: dict, threads: int) -> tuple[InteractiveCost, list[dict]]:
-    """One task's interactive costs from bench/latency.py's idle levels: the worker's CPU
-    per request alone (one client) and at the most clients, whose requests fill batches."""
+def interactive_figures(report: dict, cores: int) -> tuple[InteractiveCost, list[dict]]:
+    """One task's interactive costs from bench/latency.py's idle levels: each tier's CPU
+    per request at each level with the median batch its worker ran (Server-Timing), the
+    latency alone (one client), and the share of the cores busy at the most clients."""
     levels = sorted(next(iter(report["idle"].values())), key=lambda x: x["clients"])
-    alone, full = levels[0], levels[-1]
-
-    def cpu(level: dict, name: str) -> float:
-        return level["cpu_ms_per_request"].get(name, 0.0) / 1000
-
+    names = {"web": "web", "worker": "interactive worker", "redis": "redis (shared)",
+             "client": "bench client"}  # fmt: skip
+    rows = [
+        {"clients": x["clients"], "batch": max(1.0, x["stage_median_ms"].get("batch", 1.0)),
+         **{f"{tier}_cpu_s": x["cpu_ms_per_request"].get(name, 0.0) / 1000
+            for tier, name in names.items()}}
+        for x in levels
+    ]  # fmt: skip
+    top = levels[-1]
+    busy = sum(top["cpu_ms_per_request"].values()) * top["requests_per_s"] / 1000
     cost = InteractiveCost(
-        web_cpu_s=cpu(full, "web"),
-        redis_cpu_s=cpu(full, "redis (shared)"),
-        worker_cpu_s_alone=cpu(alone, "interactive worker"),
-        worker_cpu_s_full=cpu(full, "interactive worker"),
-        batch_full=full["clients"],
-        p50_ms_alone=alone["p50_ms"],
-        p99_ms_alone=alone["p99_ms"],
-        client_cpu_s=cpu(full, "bench client"),
+        levels=tuple(rows),
+        p50_ms_alone=levels[0]["p50_ms"],
+        p99_ms_alone=levels[0]["p99_ms"],
+        busy_share=min(1.0, busy / cores),
     )
     measured = [
         {"clients": x["clients"], "requests_per_s": x["requests_per_s"], "p99_ms": x["p99_ms"]}
@@ -281,7 +309,9 @@ def calibrate(
     argv = ["bench/throughput.py", "--items", str(items), "--task", task, "--naive-items", "0",
             "--precisions", ",".join(sorted({"fp32", bare})), "--threads", str(threads),
             "--out", str(out)]  # fmt: skip
-    report, tiers = run_bench(argv, redis_url, out, timeout=3600)
+    report, sampler = run_bench(argv, redis_url, out, timeout=3600)
+    # the job's time and a margin for the worker's warm shutdown after it
+    tiers = sampler.last_seconds_of_workers(report["fleets"][0]["seconds"] + 2.0)
     after = db_footprint(database_url)
     growth = {k: after[k] - before[k] for k in before}
     batch, batch_measured = batch_figures(report, tiers, growth, bare)

@@ -51,17 +51,51 @@ class BatchCost:
 
 @dataclass(frozen=True)
 class InteractiveCost:
-    """One interactive request's CPU seconds by tier, at one client (batches of one) and
-    at many (full batches), and its latency alone."""
+    """One interactive request's CPU seconds by tier at each measured level of clients
+    (`levels`: clients, the median batch the worker ran, and web_cpu_s, worker_cpu_s,
+    redis_cpu_s, client_cpu_s per request), the latency of a request alone, and the share
+    of the machine's cores the path kept busy at its most clients."""
 
-    web_cpu_s: float
-    redis_cpu_s: float
-    worker_cpu_s_alone: float  # the interactive worker's, one client
-    worker_cpu_s_full: float  # the interactive worker's, batch_full requests a batch
-    batch_full: int
+    levels: tuple[dict[str, float], ...]
     p50_ms_alone: float
     p99_ms_alone: float
-    client_cpu_s: float = 0.0  # the benchmark's own clients: this machine's checks only
+    busy_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted((dict(x) for x in self.levels), key=lambda x: x["batch"]))
+        if not ordered:
+            raise ValueError("no interactive levels")
+        object.__setattr__(self, "levels", ordered)
+
+    def per_request(self, tier: str, batch: float) -> float:
+        """`tier`'s CPU per request when batches hold `batch` requests: linear in 1/batch
+        (a fixed cost per batch shared by its requests, plus a cost per request) between
+        the measured batches, and flat beyond them."""
+        points = [(1 / x["batch"], x[f"{tier}_cpu_s"]) for x in self.levels]
+        inv = 1 / max(1.0, batch)
+        points.sort()
+        if inv <= points[0][0]:
+            return points[0][1]
+        if inv >= points[-1][0]:
+            return points[-1][1]
+        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+            if x0 <= inv <= x1:
+                return y0 if x1 == x0 else y0 + (y1 - y0) * (inv - x0) / (x1 - x0)
+        return points[-1][1]  # pragma: no cover - the points cover every inv
+
+    def batch_at(self, clients: float) -> float:
+        """The batch `clients` clients sending back to back fill: a power of the clients
+        through the measured levels (log-linear between them, flat beyond)."""
+        points = sorted((math.log(x["clients"]), math.log(x["batch"])) for x in self.levels)
+        at = math.log(max(1.0, clients))
+        if at <= points[0][0]:
+            return math.exp(points[0][1])
+        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+            if x0 <= at <= x1:
+                return math.exp(y0 if x1 == x0 else y0 + (y1 - y0) * (at - x0) / (x1 - x0))
+        (x0, y0), (x1, y1) = points[-2:] if len(points) > 1 else (points[0], points[0])
+        slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
+        return math.exp(y1 + slope * (at - x1))
 
 
 @dataclass(frozen=True)
@@ -93,7 +127,10 @@ def profile_from_dict(data: Any) -> Profile:
             model=str(data["model"]),
             worker_cores=int(data["worker_cores"]),
             batch={t: BatchCost(**v) for t, v in data["batch"].items()},
-            interactive={t: InteractiveCost(**v) for t, v in data["interactive"].items()},
+            interactive={
+                t: InteractiveCost(**{**v, "levels": tuple(v["levels"])})
+                for t, v in data["interactive"].items()
+            },
             devices=dict(data.get("devices") or {}),
             measured=dict(data.get("measured") or {}),
         )
@@ -134,26 +171,6 @@ def wait_quantile_s(servers: int, rate: float, service_s: float, q: float = 0.99
     if waits <= 1 - q:
         return 0.0
     return math.log(waits / (1 - q)) / (servers / service_s - rate)
-
-
-# --- the per-request cost of a batching interactive worker -----------------------------
-
-
-def worker_cpu_per_request(cost: InteractiveCost, batch: float) -> float:
-    """The interactive worker's CPU per request when its batches hold `batch` requests:
-    a fixed cost per batch shared by its requests plus a cost per request, fitted through
-    the two measured points (batches of one, and of `batch_full`)."""
-    per_request, per_batch = _batch_fit(cost)
-    return per_request + per_batch / max(1.0, min(batch, cost.batch_full))
-
-
-def _batch_fit(cost: InteractiveCost) -> tuple[float, float]:
-    if cost.batch_full <= 1:
-        return cost.worker_cpu_s_alone, 0.0
-    # alone = r + b, full = r + b / n  ->  b = (alone - full) n / (n - 1)
-    n = cost.batch_full
-    per_batch = max(0.0, (cost.worker_cpu_s_alone - cost.worker_cpu_s_full) * n / (n - 1))
-    return max(0.0, cost.worker_cpu_s_alone - per_batch), per_batch
 
 
 # --- the target and the plan -----------------------------------------------------------
@@ -360,7 +377,11 @@ def _share(target: Target, profile: Profile) -> float:
         for c in [profile.batch[task]]
     )
     cost = profile.interactive.get(target.interactive_task)
-    inter = target.interactive_rps * (cost.web_cpu_s + cost.redis_cpu_s) if cost else 0.0
+    inter = 0.0
+    if cost and target.interactive_rps > 0:
+        inter = target.interactive_rps * (
+            cost.per_request("web", 64) + cost.per_request("redis", 64)
+        )
     return batch / (batch + inter) if batch + inter > 0 else 1.0
 
 
@@ -378,13 +399,12 @@ def _interactive(
         # A device as one server: a batch's compute at its measured rate; the rest of the
         # path (web, broker, reply) as measured alone, less the CPU model's share of it.
         service = 1 / gpu_rate
-        base_ms = max(
-            0.0, cost.p50_ms_alone - 1000 * cost.worker_cpu_s_alone / profile.worker_cores
-        )
+        alone = cost.per_request("worker", 1)
+        base_ms = max(0.0, cost.p50_ms_alone - 1000 * alone / profile.worker_cores)
         base_ms += cost.p99_ms_alone - cost.p50_ms_alone + 1000 * batch / gpu_rate
         per_server = 1
     else:
-        service = worker_cpu_per_request(cost, batch)
+        service = cost.per_request("worker", batch)
         base_ms = cost.p99_ms_alone
         per_server = profile.worker_cores
     out: dict[str, Any] = {
@@ -394,8 +414,8 @@ def _interactive(
         "p99_alone_ms": round(base_ms, 1),
         "service_ms": round(1000 * service, 3),
         "batch": round(batch, 1),
-        "web_cpu_s": cost.web_cpu_s,
-        "redis_cpu_s": cost.redis_cpu_s,
+        "web_cpu_s": cost.per_request("web", batch),
+        "redis_cpu_s": cost.per_request("redis", batch),
     }
     if base_ms >= target.p99_ms:
         out.update(feasible=False, processes=0, reason=(
@@ -436,15 +456,13 @@ def predict_batch_rate(profile: Profile, task: str, workers: int, threads: int) 
 
 def predict_closed_loop(profile: Profile, task: str, clients: int) -> dict[str, float]:
     """Requests/s and p99 of `clients` clients sending back to back on the measured
-    machine: the lesser of what the clients ask at the latency alone and what the
-    machine's cores serve at the batches `clients` fill; by Little's law the mean
-    latency is clients over requests/s, and the p99 keeps the p99/p50 measured alone."""
+    machine: the lesser of what the clients ask at the latency alone and what the path's
+    share of the machine's cores serves at the batches `clients` fill; by Little's law the
+    mean latency is clients over requests/s, and the p99 keeps the p99/p50 measured alone."""
     cost, cores = profile.interactive[task], profile.machine["cores"]
-    per_request = (
-        worker_cpu_per_request(cost, clients) + cost.web_cpu_s + cost.redis_cpu_s
-        + cost.client_cpu_s
-    )  # fmt: skip
-    rps = min(clients * 1000 / cost.p50_ms_alone, cores / per_request)
+    batch = cost.batch_at(clients)
+    per_request = sum(cost.per_request(t, batch) for t in ("web", "worker", "redis", "client"))
+    rps = min(clients * 1000 / cost.p50_ms_alone, cores * cost.busy_share / per_request)
     mean_ms = clients * 1000 / rps
     return {"requests_per_s": rps, "p99_ms": mean_ms * cost.p99_ms_alone / cost.p50_ms_alone}
 

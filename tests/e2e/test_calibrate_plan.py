@@ -33,8 +33,9 @@ def test_calibrate_writes_a_profile_that_plan_reads(tmp_path: Path) -> None:
     assert batch.model_cpu_s > 0 and batch.worker_cpu_s >= 0
     assert batch.postgres_cpu_s > 0  # this run's Postgres did the job's writes
     assert batch.postgres_rows >= 2  # an item row and a result row per item, at least
-    assert inter.worker_cpu_s_alone > 0 and inter.web_cpu_s > 0
-    assert inter.batch_full == 4 and 0 < inter.p50_ms_alone <= inter.p99_ms_alone
+    assert inter.per_request("worker", 1) > 0 and inter.per_request("web", 1) > 0
+    assert 1 <= inter.batch_at(4) <= 4 and 0 < inter.p50_ms_alone <= inter.p99_ms_alone
+    assert 0 < inter.busy_share <= 1
     assert [x["clients"] for x in profile.measured["interactive"]["classify"]] == [1, 4]
     assert profile.machine["cores"] >= 1 and profile.machine["cpu"]
 

@@ -23,7 +23,6 @@ from fleet.capacity import (
     profile_from_dict,
     profile_to_dict,
     wait_quantile_s,
-    worker_cpu_per_request,
 )
 
 POOLS = Pools(postgres_pool=5, postgres_overflow=5, web_threads=32, interactive_threads=32,
@@ -43,9 +42,13 @@ PROFILE = {
         "postgres_rows": 2,
     }},
     "interactive": {"classify": {
-        "web_cpu_s": 0.002, "redis_cpu_s": 0.0005, "worker_cpu_s_alone": 0.02,
-        "worker_cpu_s_full": 0.005, "batch_full": 64, "p50_ms_alone": 20,
-        "p99_ms_alone": 30,
+        "levels": [
+            {"clients": 1, "batch": 1, "web_cpu_s": 0.002, "worker_cpu_s": 0.02,
+             "redis_cpu_s": 0.0005, "client_cpu_s": 0.0},
+            {"clients": 64, "batch": 16, "web_cpu_s": 0.002, "worker_cpu_s": 0.005,
+             "redis_cpu_s": 0.0005, "client_cpu_s": 0.0},
+        ],
+        "p50_ms_alone": 20, "p99_ms_alone": 30, "busy_share": 1.0,
     }},
 }  # fmt: skip
 
@@ -127,19 +130,24 @@ def test_wait_quantile_of_mm1() -> None:
     assert wait_quantile_s(10, 0.1, 0.1) == 0.0  # almost never waits
 
 
-def test_worker_cpu_per_request_fits_the_batch_cost() -> None:
+def test_cpu_per_request_is_linear_in_one_over_the_batch() -> None:
     cost = profile().interactive["classify"]
-    assert worker_cpu_per_request(cost, 1) == pytest.approx(0.02)
-    assert worker_cpu_per_request(cost, 64) == pytest.approx(0.005)
-    assert worker_cpu_per_request(cost, 1000) == pytest.approx(0.005)  # capped at a full batch
-    assert 0.005 < worker_cpu_per_request(cost, 8) < 0.02
+    assert cost.per_request("worker", 1) == pytest.approx(0.02)
+    assert cost.per_request("worker", 16) == pytest.approx(0.005)
+    assert cost.per_request("worker", 1000) == pytest.approx(0.005)  # flat past the last
+    # at 4: 1/4 lies (1/4 - 1/16) / (1 - 1/16) = 0.2 of the way from batch 16 to 1
+    assert cost.per_request("worker", 4) == pytest.approx(0.005 + 0.2 * 0.015)
+    # batches grow as a power of the clients: 1 -> 1, 64 -> 16 is clients^(2/3)
+    assert cost.batch_at(8) == pytest.approx(4.0)
+    assert cost.batch_at(1) == pytest.approx(1.0)
+    assert cost.batch_at(512) == pytest.approx(64.0)  # the same power past the last level
 
 
 def test_interactive_plan_meets_the_p99_and_sizes_the_web() -> None:
     result = plan(Target(batch={}, interactive_rps=1000, p99_ms=500), profile(), PRICES, POOLS)
     inter = result["interactive"]
-    # 1000/s x 50 ms fills batches of 50: 0.005 + b/50, b = (0.02-0.005) 64/63
-    service = 0.005 - 0.015 * 64 / 63 / 64 + 0.015 * 64 / 63 / 50
+    # 1000/s x 50 ms fills batches of 50, past the largest measured (16): 5 ms each
+    service = 0.005
     assert inter["feasible"] and inter["batch"] == 50
     assert inter["service_ms"] == pytest.approx(1000 * service, abs=1e-3)
     assert inter["servers"] >= math.ceil(1000 * service / HEADROOM)
@@ -217,6 +225,9 @@ def test_predictions_for_the_measured_machine() -> None:
     many = predict_closed_loop(p, "classify", 64)
     assert many["requests_per_s"] == pytest.approx(2 / 0.0075)
     assert many["p99_ms"] == pytest.approx(64 / (2 / 0.0075) * 1000 * 1.5)
+    # 8 clients fill batches of 4: worker 8 ms, 2 / 10.5 ms = 190.5/s
+    eight = predict_closed_loop(p, "classify", 8)
+    assert eight["requests_per_s"] == pytest.approx(2 / 0.0105)
 
 
 def test_checks_compare_predictions_with_a_later_run() -> None:

@@ -106,7 +106,8 @@ def test_the_default_profile_lives_under_laneway_home(tmp_path: Path, monkeypatc
 def test_benchmark_reports_become_profile_figures() -> None:
     # bench/throughput.py's report over 1,000 items on 2 threads, bf16 at 400 items/s
     throughput = {"items": 1000, "threads": 2, "bare": {"fp32": {"items_per_s": 160.0},
-                  "bf16": {"items_per_s": 400.0}}, "fleets": [{"items_per_s": 380.0}]}  # fmt: skip
+                  "bf16": {"items_per_s": 400.0}},
+                  "fleets": [{"items_per_s": 380.0, "outside_model_seconds": 0.5}]}  # fmt: skip
     tiers = {"worker": 6.0, "bench": 9.0, "postgres": 0.5, "redis": 0.1}
     cost, measured = batch_figures(throughput, tiers, {"bytes": 2e6, "rows": 2000}, "bf16")
     assert cost.model_cpu_s == pytest.approx(0.005)
@@ -115,17 +116,36 @@ def test_benchmark_reports_become_profile_figures() -> None:
     assert cost.postgres_bytes == 2000 and cost.postgres_rows == 2
     assert measured == {"workers": 1, "threads": 2, "items_per_s": 380.0}
 
-    def level(clients: int, worker: float, p50: float, p99: float, rps: float) -> dict:
+    def level(clients: int, batch: float, worker: float, p50: float, p99: float, rps: float):
         cpu = {"web": 1.5, "interactive worker": worker, "redis (shared)": 0.3, "bench client": 1}
         return {"clients": clients, "p50_ms": p50, "p99_ms": p99, "requests_per_s": rps,
-                "cpu_ms_per_request": cpu}  # fmt: skip
+                "cpu_ms_per_request": cpu, "stage_median_ms": {"batch": batch}}  # fmt: skip
 
-    latency = {"idle": {"messages": [level(64, 5.0, 280, 460, 225), level(1, 11, 12.9, 20, 78)]}}
+    latency = {"idle": {"messages": [level(64, 21, 5.0, 280, 460, 250),
+                                     level(1, 1, 11, 12.9, 20, 78)]}}  # fmt: skip
     inter, levels = interactive_figures(latency, 2)
-    assert inter.worker_cpu_s_alone == pytest.approx(0.011)
-    assert inter.worker_cpu_s_full == pytest.approx(0.005) and inter.batch_full == 64
+    assert inter.per_request("worker", 1) == pytest.approx(0.011)
+    assert inter.per_request("worker", 21) == pytest.approx(0.005)
+    assert inter.batch_at(64) == pytest.approx(21)
     assert (inter.p50_ms_alone, inter.p99_ms_alone) == (12.9, 20)
+    assert inter.busy_share == pytest.approx((1.5 + 5 + 0.3 + 1) * 250 / 1000 / 2)
     assert [x["clients"] for x in levels] == [1, 64]
     whole = {**PROFILE, "batch": {"classify": cost.__dict__},
              "interactive": {"classify": inter.__dict__}}  # fmt: skip
     assert profile_from_dict(whole).batch["classify"] == cost
+
+
+def test_the_window_is_the_job_not_the_worker_start() -> None:
+    from fleet.calibration import window
+
+    # a worker loads its model (10 CPU s), idles, runs a 4 s job (8 CPU s), and ends;
+    # the bare model runs afterwards in the bench process alone
+    series = [
+        (0.0, {"worker": 0.0, "bench": 0.0}, True),
+        (5.0, {"worker": 10.0, "bench": 0.0}, True),
+        (6.0, {"worker": 10.0, "bench": 0.5}, True),
+        (10.0, {"worker": 18.0, "bench": 1.0}, True),
+        (20.0, {"worker": 18.0, "bench": 30.0}, False),
+    ]
+    assert window(series, 4.0) == {"worker": 8.0, "bench": 0.5}
+    assert window([(0.0, {"worker": 1.0}, False)], 4.0) == {}
