@@ -385,6 +385,31 @@ def _share(target: Target, profile: Profile) -> float:
     return batch / (batch + inter) if batch + inter > 0 else 1.0
 
 
+def _service(
+    cost: InteractiveCost, profile: Profile, batch: float, gpu_rate: float | None, device: str
+) -> tuple[float, float]:
+    """A request's service time on one server at `batch`, and its p99 with no queue (ms)."""
+    if device == "cuda":
+        # A device as one server at its published or measured rate; the rest of the path
+        # (web, broker, reply) as measured alone, less the CPU model's share of it, plus
+        # a whole batch's compute.
+        alone = cost.per_request("worker", 1)
+        base_ms = max(0.0, cost.p50_ms_alone - 1000 * alone / profile.worker_cores)
+        return (
+            1 / gpu_rate,
+            base_ms + cost.p99_ms_alone - cost.p50_ms_alone + 1000 * batch / gpu_rate,
+        )
+    return cost.per_request("worker", batch), cost.p99_ms_alone
+
+
+def _servers(rate: float, service: float, base_ms: float, p99_ms: float) -> int:
+    """The fewest servers at most HEADROOM busy whose p99 (base + the queue's) meets p99_ms."""
+    servers = max(1, math.ceil(rate * service / HEADROOM - 1e-9))
+    while base_ms + 1000 * wait_quantile_s(servers, rate, service) > p99_ms:
+        servers += 1
+    return servers
+
+
 def _interactive(
     target: Target, profile: Profile, pools: Pools, gpu_rate: float | None
 ) -> dict[str, Any]:
@@ -393,20 +418,20 @@ def _interactive(
     p99 the queue's wait plus the p99 measured with one client."""
     cost = profile.interactive[target.interactive_task]
     rate = target.interactive_rps
-    # Requests that arrive within one batch wait fill a batch, up to its maximum.
-    batch = max(1.0, min(pools.batch_max, rate * pools.batch_wait_ms / 1000))
-    if target.device == "cuda":
-        # A device as one server: a batch's compute at its measured rate; the rest of the
-        # path (web, broker, reply) as measured alone, less the CPU model's share of it.
-        service = 1 / gpu_rate
-        alone = cost.per_request("worker", 1)
-        base_ms = max(0.0, cost.p50_ms_alone - 1000 * alone / profile.worker_cores)
-        base_ms += cost.p99_ms_alone - cost.p50_ms_alone + 1000 * batch / gpu_rate
-        per_server = 1
-    else:
-        service = cost.per_request("worker", batch)
-        base_ms = cost.p99_ms_alone
-        per_server = profile.worker_cores
+    per_server = 1 if target.device == "cuda" else profile.worker_cores
+    # Each process's share of the requests that arrive within one batch wait fills its
+    # batches (up to the maximum); more processes make smaller batches, each request
+    # costlier, so the count is iterated to its fixed point (it only grows).
+    n = 1
+    for _ in range(50):
+        batch = max(1.0, min(pools.batch_max, rate / n * pools.batch_wait_ms / 1000))
+        service, base_ms = _service(cost, profile, batch, gpu_rate, target.device)
+        if base_ms >= target.p99_ms:
+            break
+        servers = _servers(rate, service, base_ms, target.p99_ms)
+        if math.ceil(servers / per_server) <= n:
+            break
+        n = math.ceil(servers / per_server)
     out: dict[str, Any] = {
         "task": target.interactive_task,
         "requests_per_s": rate,
@@ -422,13 +447,6 @@ def _interactive(
             f"infeasible: a request alone already takes {base_ms:.0f} ms at p99, "
             f"above the {target.p99_ms:.0f} ms asked"))  # fmt: skip
         return out
-    servers = max(1, math.ceil(rate * service / HEADROOM - 1e-9))
-    while True:
-        p99 = base_ms + 1000 * wait_quantile_s(servers, rate, service)
-        if p99 <= target.p99_ms:
-            break
-        servers += 1
-    n = math.ceil(servers / per_server)
     out.update(
         feasible=True,
         processes=n,

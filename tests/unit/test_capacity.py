@@ -146,14 +146,16 @@ def test_cpu_per_request_is_linear_in_one_over_the_batch() -> None:
 def test_interactive_plan_meets_the_p99_and_sizes_the_web() -> None:
     result = plan(Target(batch={}, interactive_rps=1000, p99_ms=500), profile(), PRICES, POOLS)
     inter = result["interactive"]
-    # 1000/s x 50 ms fills batches of 50, past the largest measured (16): 5 ms each
-    service = 0.005
-    assert inter["feasible"] and inter["batch"] == 50
+    # one process would get batches of 1000/s x 50 ms = 50 (past the largest measured, 16:
+    # 5 ms), so 5 / 0.7 = 7.1 -> 8 cores, 4 processes; each then gets 250/s, batches of
+    # 12.5: 1/12.5 lies 0.01867 of the way from 1/16 to 1, 5.28 ms -> 7.5 -> 8 cores again
+    service = 0.005 + (1 / 12.5 - 1 / 16) / (1 - 1 / 16) * 0.015
+    assert inter["feasible"] and inter["batch"] == 12.5
     assert inter["service_ms"] == pytest.approx(1000 * service, abs=1e-3)
-    assert inter["servers"] >= math.ceil(1000 * service / HEADROOM)
+    assert inter["servers"] == 8
     assert inter["p99_ms"] <= 500
     rows = {r["process"]: r["count"] for r in result["processes"]}
-    assert rows["interactive worker"] == math.ceil(inter["servers"] / 2)
+    assert rows["interactive worker"] == 4
     # web: 1000 x 2 ms = 2 cores at 70 % -> 3 processes
     assert rows["web"] == 3
     assert result["cost"]["per_request"] > 0 and result["cost"]["per_item"] is None
