@@ -148,6 +148,77 @@ class Meter:
         }
 
 
+# --- where the time goes (--profile) ------------------------------------------------------
+
+
+class Profile:
+    """py-spy sampling each tier's process tree during a batch job (collapsed stacks, one
+    file per tier), and Postgres' own statement log for this run's database (every
+    statement's duration: pg_stat_statements needs a server restart to load, this does not)."""
+
+    PG_LOG = Path(
+        os.environ.get("LANEWAY_BENCH_PG_LOG", "/var/log/postgresql/postgresql-15-main.log")
+    )
+
+    def __init__(self, folder: Path, admin: str, database: str) -> None:
+        self.folder, self.admin, self.database = folder, admin, database
+        folder.mkdir(parents=True, exist_ok=True)
+        self.spies: list[subprocess.Popen] = []
+
+    def log_statements(self) -> None:
+        """Log every statement of this run's database from its next session on."""
+        import psycopg
+
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{self.database}" SET log_min_duration_statement = 0')
+
+    def start(self, task: str, tiers: dict[str, list[int]]) -> None:
+        self.log_from = self.PG_LOG.stat().st_size if self.PG_LOG.exists() else 0
+        spy = shutil.which("py-spy", path=str(BIN)) or shutil.which("py-spy")
+        if spy is None:
+            raise SystemExit("--profile needs py-spy (pip install py-spy: the dev extra)")
+        # py-spy reads Python only; the idle interactive worker is left out (its 32 threads
+        # cost the sampler more than the worker costs the job).
+        python = ("web", "cpu_workers")
+        for name, pids in tiers.items():
+            for pid in pids if name in python else ():
+                out = self.folder / f"{task}-{name}-{pid}.txt"
+                argv = [spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "47",
+                        "--format", "raw", "--output", str(out), "--nonblocking"]  # fmt: skip
+                self.spies.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                                   stderr=subprocess.DEVNULL))  # fmt: skip
+
+    def stop(self, task: str) -> dict:
+        for spy in self.spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in self.spies:
+            spy.wait(60)
+        self.spies = []
+        return {"statements_ms": self.statements()}
+
+    def statements(self) -> dict[str, float]:
+        """Milliseconds per statement shape (its first 90 characters, numbers dropped) this
+        run's database logged since `start`, the costliest 12."""
+        import re
+
+        if not self.PG_LOG.exists():
+            return {}
+        with self.PG_LOG.open("rb") as fh:
+            fh.seek(self.log_from)
+            text = fh.read().decode(errors="replace")
+        totals: dict[str, float] = {}
+        marker = re.compile(r"duration: ([0-9.]+) ms  (?:statement|execute [^:]*): (.*)")
+        for line in text.splitlines():
+            if f"@{self.database} " not in line:
+                continue
+            found = marker.search(line)
+            if found:
+                shape = re.sub(r"\$?[0-9]+", "N", found.group(2))[:90]
+                totals[shape] = totals.get(shape, 0.0) + float(found.group(1))
+        top = sorted(totals.items(), key=lambda kv: -kv[1])[:12]
+        return {k: round(v, 1) for k, v in top}
+
+
 # --- the services and the near-free model ---------------------------------------------
 
 
@@ -297,30 +368,37 @@ def per_thousand(spent: dict[str, float], items: int) -> dict[str, float]:
     return {k: round(1_000_000 * v / items, 2) for k, v in spent.items()}
 
 
-def run_job(fleet: Fleet, meter: Meter, key: str, task: str, texts: list[str]) -> dict:
+def run_job(
+    fleet: Fleet, meter: Meter, key: str, task: str, texts: list[str], profile: Profile | None
+) -> dict:
     """One job through the web app, from the POST to its final status."""
     from sqlalchemy import func, select
 
     from core.config.settings import get_settings
-    from db.models import Result
+    from db.models import Job, Result
     from db.session import session_scope
 
     body: dict = {"task": task, "items": [{"id": f"i{i}", "text": t} for i, t in enumerate(texts)]}
     payload = json.dumps(body).encode()
+    if profile:
+        profile.start(task, meter.tiers)
     before = meter.read()
     started = time.perf_counter()
     job = call(fleet.port, "POST", "/v1/jobs", key, payload)
+    # The final status is read from the job's row: a GET /v1/jobs/<id> every 0.1 s would
+    # add its progress count over the results to what is measured.
+    job_id = uuid.UUID(job["id"])
     while True:
-        time.sleep(0.2)
-        row = call(fleet.port, "GET", f"/v1/jobs/{job['id']}", key)
-        if row["status"] in FINAL:
-            break
+        time.sleep(0.1)
+        with session_scope(get_settings()) as session:
+            if session.scalar(select(Job.status).where(Job.id == job_id)) in FINAL:
+                break
     elapsed = time.perf_counter() - started
     spent = Meter.spent(before, meter.read())
+    row = call(fleet.port, "GET", f"/v1/jobs/{job_id}", key)
+    profiled = profile.stop(task) if profile else None
     with session_scope(get_settings()) as session:
-        query = select(func.count(), func.count(Result.error)).where(
-            Result.job_id == uuid.UUID(job["id"])
-        )
+        query = select(func.count(), func.count(Result.error)).where(Result.job_id == job_id)
         results, errors = session.execute(query).one()
     stages = row.get("stage_seconds") or {}
     spent["worker_outside_model"] = spent["cpu_workers"] - float(stages.get("model") or 0.0)
@@ -334,6 +412,7 @@ def run_job(fleet: Fleet, meter: Meter, key: str, task: str, texts: list[str]) -
         "items_per_s": round(len(texts) / elapsed, 1),
         "stage_seconds": stages,
         "cpu_ms_per_1000_items": per_thousand(spent, len(texts)),
+        **({"profile": profiled} if profiled else {}),
     }
 
 
@@ -397,6 +476,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workers", type=int, default=1, help="`laneway worker cpu` processes")
     parser.add_argument("--port", type=int, default=8791)
     parser.add_argument("--json", default=None, metavar="PATH", help="write the figures here")
+    parser.add_argument(
+        "--profile", default=None, metavar="DIR",
+        help="py-spy each tier and log Postgres' statements during the batch jobs, into DIR",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the logs' folder")
     args = parser.parse_args(argv)
     if args.items < 1 or args.workers < 1 or args.seconds <= 0:
@@ -409,6 +492,9 @@ def main(argv: list[str] | None = None) -> dict:
     index = claim_redis_index()
     redis_url = f"{REDIS_HOST}/{index}"
     model = build_free_model(logdir / "model")
+    profile = Profile(Path(args.profile), ADMIN_PG, database) if args.profile else None
+    if profile:
+        profile.log_statements()
     # Every process of the run, this one included, reads these (modules read them at import).
     settings_env = {
         "LANEWAY_DATABASE_URL": database_url,
@@ -418,6 +504,7 @@ def main(argv: list[str] | None = None) -> dict:
         # One account sends every request: its plan's rate and size limits are lifted.
         "LANEWAY_RATE_LIMIT_TRIAL": "100000000/minute",
         "LANEWAY_MAX_ITEMS_TRIAL": str(max(args.items, 1000)),
+        "LANEWAY_MAX_UPLOAD_BYTES_TRIAL": str(64 << 20),
     }
     os.environ.update(settings_env)
     fleet = Fleet(logdir, settings_env, args.port)
@@ -457,7 +544,7 @@ def main(argv: list[str] | None = None) -> dict:
             # The same texts through the workers' tokenizing step alone, in this process.
             tokenizing = tokenization_seconds(model, texts, settings.batch_size)
         for task in tasks:
-            done = run_job(fleet, meter, key, task, texts)
+            done = run_job(fleet, meter, key, task, texts, profile)
             done["cpu_ms_per_1000_items"]["tokenization"] = round(
                 1_000_000 * tokenizing / len(texts), 2
             )
