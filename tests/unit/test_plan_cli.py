@@ -149,3 +149,21 @@ def test_the_window_is_the_job_not_the_worker_start() -> None:
     ]
     assert window(series, 4.0) == {"worker": 8.0, "bench": 0.5}
     assert window([(0.0, {"worker": 1.0}, False)], 4.0) == {}
+
+
+def test_control_plane_figures_replace_the_tiers_they_measure() -> None:
+    from fleet.calibration import controlplane_figures
+
+    # bench/controlplane.py's --json: CPU ms per 1,000 items by tier for each task's job
+    report = {"batch": {"classify": {"cpu_ms_per_1000_items": {
+        "web": 900.0, "cpu_workers": 2500.0, "worker_outside_model": 2100.0,
+        "postgres": 400.0, "redis": 150.0, "client": 30.0, "tokenization": 800.0,
+    }}}}  # fmt: skip
+    assert controlplane_figures(report, "classify") == pytest.approx(
+        {
+            "web_cpu_s": 0.0009,
+            "worker_cpu_s": 0.0021,
+            "postgres_cpu_s": 0.0004,
+            "redis_cpu_s": 0.00015,
+        }  # fmt: skip
+    )
