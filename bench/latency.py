@@ -259,6 +259,16 @@ def start(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> subp
     )  # fmt: skip
 
 
+def web_healthy(port: int) -> bool:
+    """Whether the web app on `port` answers its health check."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+
+
 def load_peers_harness():  # noqa: ANN201
     """../shared/peers/bench.py, by path (its name would clash with this bench/ package)."""
     import importlib.util
@@ -329,12 +339,7 @@ def main() -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
 
     def healthy() -> bool:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", args.port, timeout=5)
-            conn.request("GET", "/healthz")
-            return conn.getresponse().status == 200
-        except OSError:
-            return False
+        return web_healthy(args.port)
 
     def start_laneway() -> tuple[list[subprocess.Popen], dict[str, int]]:
         """The web app and the interactive worker, up and warm."""

@@ -15,6 +15,10 @@ from core.config.settings import Settings, get_settings
 from core.util.jsoncodec import dumps
 
 CONNECT_TIMEOUT = 10  # seconds
+# Each process's Postgres pool: steady connections, and how many more a burst may open
+# (`laneway plan` counts a fleet's connections from them).
+POOL_SIZE = 5
+MAX_OVERFLOW = 5
 
 
 def make_engine(url: str) -> Engine:
@@ -41,8 +45,8 @@ def make_engine(url: str) -> Engine:
     return create_engine(
         url,
         pool_pre_ping=True,
-        pool_size=5,
-        max_overflow=5,
+        pool_size=POOL_SIZE,
+        max_overflow=MAX_OVERFLOW,
         connect_args={"connect_timeout": CONNECT_TIMEOUT},
         json_serializer=dumps,
     )

@@ -15,6 +15,7 @@ from fleet.cli.demo import demo
 from fleet.cli.dlq import dlq
 from fleet.cli.inbox import inbox
 from fleet.cli.jobs import jobs, submit
+from fleet.cli.plan import calibrate, plan
 from fleet.cli.probes import probe
 from fleet.cli.run import beat, fleet, flower, health, up, web, worker
 from fleet.cli.status import status
@@ -67,7 +68,7 @@ def cli(log_level: str | None) -> None:
 
 
 for command in (db, accounts, inbox, worker, web, flower, beat, fleet, up, health, probe, dlq,
-                submit, jobs, status, demo):  # fmt: skip
+                submit, jobs, status, demo, calibrate, plan):  # fmt: skip
     cli.add_command(command)
 
 

@@ -82,3 +82,27 @@ def test_the_benchmarks_worker_includes_the_naive_task(monkeypatch, tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [NAIVE]
+
+
+@pytest.mark.e2e  # the benchmark starts the web app and real workers
+def test_the_control_plane_benchmark_runs_a_job_and_requests_on_a_real_fleet(tmp_path):
+    from tests.e2e.procs import free_port
+
+    out = tmp_path / "cp.json"
+    argv = [sys.executable, str(ROOT / "bench" / "controlplane.py"), "--items", "300",
+            "--tasks", "embed", "--clients", "2", "--seconds", "1", "--port", str(free_port()),
+            "--json", str(out)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    job = report["batch"]["embed"]
+    # Every item has exactly one result (the results' key is (job, idx)), none an error.
+    assert (job["status"], job["results"], job["result_errors"]) == ("succeeded", 300, 0)
+    assert job["items_per_s"] > 0
+    tiers = job["cpu_ms_per_1000_items"]
+    assert tiers["cpu_workers"] > 0 and tiers["web"] > 0 and tiers["tokenization"] > 0
+    assert {"postgres", "worker_outside_model"} <= set(tiers)
+    level = report["interactive"]["2"]
+    assert level["requests"] > 0 and level["errors"] == 0
+    assert level["p50_ms"] <= level["p99_ms"]
+    assert level["cpu_ms_per_request"]["interactive_worker"] > 0

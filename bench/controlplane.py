@@ -1,0 +1,572 @@
+"""The control plane's cost: the fleet around a model whose forward costs almost nothing.
+
+On a GPU the model runs tens of times faster than on these cores, and then what surrounds
+it (intake, claims, tokenization, result writes, the chord, settling, the web tier, the
+interactive protocol) decides throughput and cost. This benchmark measures that part alone.
+
+The model: a real BertModel with MiniLM's config and tokenizer but `num_hidden_layers=0`
+(embeddings, pooling and 384-dim output only), built at run time in a temporary folder and
+served in place of MiniLM through LANEWAY_MODEL_PATH. Every task runs the `minilm` model
+by default (core/config/settings.py), so embed and classify both run it; every stage of
+the pipeline still runs.
+
+The fleet: real processes at default settings, as `laneway` starts them: the web app
+(gunicorn), --workers `laneway worker cpu` processes and one `laneway worker interactive`,
+on a database this run creates (dropped at the end) and a Redis db index it claims the
+way the test suite does; the broker is whatever LANEWAY_BROKER_URL names, else that Redis.
+
+1. Batch: for each task, one --items job through `POST /v1/jobs` (JSON), polled until its
+   final status: items/s from the POST to the final status, every item's one result
+   checked, and each tier's CPU per 1,000 items.
+2. Interactive: one-text `POST /v1/embed` requests from each --clients level for
+   --seconds, each client on its own keep-alive connection: requests/s, p50/p99, and each
+   tier's CPU per request.
+
+CPU is read from the processes' own counters (/proc/<pid>/stat: user + system of each
+process, its living descendants and the children it reaped): web, the cpu workers, the
+interactive worker, Postgres (this run's database's backends and the server's own
+background processes), Redis (the redis-server process; shared with anything else using
+it), and this process (the client). Tokenization alone is the job's texts through the
+workers' own `prepare` (inference/batching.py) in this process; `worker_outside_model`
+is the cpu workers' CPU less the job's model stage seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+BIN = Path(sys.executable).parent
+ADMIN_PG = os.environ.get("LANEWAY_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_HOST = os.environ.get("LANEWAY_BENCH_REDIS", "redis://127.0.0.1:6379")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+FINAL = ("succeeded", "partial", "failed", "cancelled")
+
+
+# --- the processes' own CPU counters ---------------------------------------------------
+
+
+def stat_seconds(pid: int, reaped: bool = True) -> float:
+    """User + system CPU seconds of `pid` from /proc/<pid>/stat, with its reaped children's
+    (cutime, cstime) when `reaped`; 0.0 once the process is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = raw[raw.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / CLK_TCK
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every living process below it."""
+    import psutil
+
+    try:
+        return [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def tree_seconds(pid: int) -> dict[int, float]:
+    return {p: stat_seconds(p) for p in descendants(pid)}
+
+
+def postgres_pids(admin: str, database: str) -> list[int]:
+    """This run's database's backends and the server's own processes (checkpointer, WAL
+    writer, background writer, autovacuum): what the benchmark's writes cost Postgres."""
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+            " OR (datname IS NULL AND backend_type <> 'client backend')",
+            (database,),
+        ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+def redis_pid(url: str) -> int | None:
+    """The local redis-server's pid, found by its listening port; None when not local."""
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    where = urlsplit(url)
+    if where.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    port = where.port or 6379
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return conn.pid
+    return None
+
+
+class Meter:
+    """Each tier's CPU seconds between two readings, by the processes' own counters."""
+
+    def __init__(self, tiers: dict[str, list[int]], admin: str, database: str) -> None:
+        self.tiers, self.admin, self.database = tiers, admin, database
+
+    def read(self) -> dict[str, dict[int, float]]:
+        out = {name: {} for name in self.tiers}
+        for name, roots in self.tiers.items():
+            for root in roots:
+                out[name].update(tree_seconds(root))
+        out["postgres"] = {
+            p: stat_seconds(p, reaped=False) for p in postgres_pids(self.admin, self.database)
+        }
+        # This process: its threads are the clients; it starts no child meanwhile.
+        out["client"] = {os.getpid(): sum(os.times()[:2])}
+        return out
+
+    @staticmethod
+    def spent(before: dict, after: dict) -> dict[str, float]:
+        """Seconds per tier; a process that started in between counts from zero, one that
+        ended in between is lost (pooled connections and workers live through a run)."""
+        return {
+            name: sum(s - before.get(name, {}).get(p, 0.0) for p, s in pids.items())
+            for name, pids in after.items()
+        }
+
+
+# --- where the time goes (--profile) ------------------------------------------------------
+
+
+class Profile:
+    """py-spy sampling each tier's process tree during a batch job (collapsed stacks, one
+    file per tier), and Postgres' own statement log for this run's database (every
+    statement's duration: pg_stat_statements needs a server restart to load, this does not)."""
+
+    PG_LOG = Path(
+        os.environ.get("LANEWAY_BENCH_PG_LOG", "/var/log/postgresql/postgresql-15-main.log")
+    )
+
+    def __init__(self, folder: Path, admin: str, database: str) -> None:
+        self.folder, self.admin, self.database = folder, admin, database
+        folder.mkdir(parents=True, exist_ok=True)
+        self.spies: list[subprocess.Popen] = []
+
+    def log_statements(self) -> None:
+        """Log every statement of this run's database from its next session on."""
+        import psycopg
+
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(f'ALTER DATABASE "{self.database}" SET log_min_duration_statement = 0')
+
+    def start(self, task: str, tiers: dict[str, list[int]]) -> None:
+        self.log_from = self.PG_LOG.stat().st_size if self.PG_LOG.exists() else 0
+        spy = shutil.which("py-spy", path=str(BIN)) or shutil.which("py-spy")
+        if spy is None:
+            raise SystemExit("--profile needs py-spy (pip install py-spy: the dev extra)")
+        # py-spy reads Python only; the idle interactive worker is left out (its 32 threads
+        # cost the sampler more than the worker costs the job).
+        python = ("web", "cpu_workers")
+        for name, pids in tiers.items():
+            for pid in pids if name in python else ():
+                out = self.folder / f"{task}-{name}-{pid}.txt"
+                argv = [spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "47",
+                        "--format", "raw", "--output", str(out), "--nonblocking"]  # fmt: skip
+                self.spies.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                                   stderr=subprocess.DEVNULL))  # fmt: skip
+
+    def stop(self, task: str) -> dict:
+        for spy in self.spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in self.spies:
+            spy.wait(60)
+        self.spies = []
+        return {"statements_ms": self.statements()}
+
+    def statements(self) -> dict[str, float]:
+        """Milliseconds per statement shape (its first 90 characters, numbers dropped) this
+        run's database logged since `start`, the costliest 12."""
+        import re
+
+        if not self.PG_LOG.exists():
+            return {}
+        with self.PG_LOG.open("rb") as fh:
+            fh.seek(self.log_from)
+            text = fh.read().decode(errors="replace")
+        totals: dict[str, float] = {}
+        marker = re.compile(r"duration: ([0-9.]+) ms  (?:statement|execute [^:]*): (.*)")
+        for line in text.splitlines():
+            if f"@{self.database} " not in line:
+                continue
+            found = marker.search(line)
+            if found:
+                shape = re.sub(r"\$?[0-9]+", "N", found.group(2))[:90]
+                totals[shape] = totals.get(shape, 0.0) + float(found.group(1))
+        top = sorted(totals.items(), key=lambda kv: -kv[1])[:12]
+        return {k: round(v, 1) for k, v in top}
+
+
+# --- the services and the near-free model ---------------------------------------------
+
+
+def create_database(admin: str) -> tuple[str, str]:
+    import psycopg
+
+    name = f"laneway_cp_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = admin.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+    return name, f"{base}/{name}"
+
+
+def drop_database(admin: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def claim_redis_index() -> int:
+    """A Redis db index no test run or other benchmark holds (the test suite's claim key)."""
+    import redis
+
+    r = redis.Redis.from_url(f"{REDIS_HOST}/0")
+    for index in range(1, 16):
+        if r.set(f"laneway:test-db:{index}", f"controlplane {os.getpid()}", nx=True, ex=3 * 3600):
+            return index
+    raise SystemExit("every Redis db index 1..15 is claimed")
+
+
+def release_redis_index(index: int) -> None:
+    import redis
+
+    redis.Redis.from_url(f"{REDIS_HOST}/{index}").flushdb()
+    redis.Redis.from_url(f"{REDIS_HOST}/0").delete(f"laneway:test-db:{index}")
+
+
+def build_free_model(folder: Path) -> Path:
+    """MiniLM's tokenizer and config with no encoder layer: the forward is the embedding
+    lookup and the pooling, so the control plane is nearly all that costs."""
+    from transformers import AutoConfig, AutoTokenizer, BertModel
+
+    from inference.encoder import default_model_path
+
+    source = default_model_path()
+    config = AutoConfig.from_pretrained(source)
+    config.num_hidden_layers = 0
+    BertModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    return folder
+
+
+def tokenization_seconds(model: Path, texts: list[str], batch_size: int) -> float:
+    """CPU seconds of the workers' own tokenizing step over `texts`, in this process."""
+    from transformers import AutoTokenizer
+
+    from inference.batching import prepare
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    prepare(tokenizer, texts[:256], 256, batch_size)  # warm
+    started = time.process_time()
+    prepare(tokenizer, texts, 256, batch_size)
+    return time.process_time() - started
+
+
+# --- the fleet -------------------------------------------------------------------------
+
+
+class Fleet:
+    def __init__(self, logdir: Path, env: dict[str, str], port: int) -> None:
+        self.logdir, self.env, self.port = logdir, env, port
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list[str]) -> None:
+        log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        self.procs[name] = subprocess.Popen(
+            argv, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=ROOT,
+        )  # fmt: skip
+
+    def up(self, workers: int) -> dict[str, str]:
+        """Web, `workers` cpu workers and an interactive worker, each answering; returns
+        the worker nodes by name."""
+        from tasks import app
+
+        host = socket.gethostname()
+        tag = uuid.uuid4().hex[:4]
+        nodes = {f"cpu{i}": f"cp-cpu{i}-{tag}" for i in range(workers)}
+        nodes["interactive"] = f"cp-interactive-{tag}"
+        self.start("web", [str(BIN / "laneway"), "web", "--port", str(self.port)])
+        for name, node in nodes.items():
+            lane = "interactive" if name == "interactive" else "cpu"
+            self.start(name, [str(BIN / "laneway"), "worker", lane, "--name", node])
+        deadline = time.monotonic() + 300
+        waiting = dict(nodes)
+        while waiting:
+            for name, node in list(waiting.items()):
+                dead = self.procs[name].poll() is not None
+                if dead or time.monotonic() > deadline:
+                    raise SystemExit(f"{name} did not start; see {self.logdir / name}.log")
+                log = (self.logdir / f"{name}.log").read_bytes()
+                pong = app.control.ping(destination=[f"{node}@{host}"], timeout=0.5)
+                if pong and b"loaded in pid" in log:
+                    del waiting[name]
+        while not self.healthy():
+            if self.procs["web"].poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the web app did not start; see {self.logdir}/web.log")
+            time.sleep(0.2)
+        return nodes
+
+    def healthy(self) -> bool:
+        from bench.latency import web_healthy
+
+        return web_healthy(self.port)
+
+    def pids(self, names: list[str]) -> list[int]:
+        return [self.procs[n].pid for n in names]
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def call(port: int, method: str, path: str, key: str, body: bytes | None = None) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    conn.request(method, path, body, headers)
+    response = conn.getresponse()
+    data = response.read()
+    if response.status >= 300:
+        raise SystemExit(f"{method} {path}: {response.status} {data[:300]!r}")
+    return json.loads(data)
+
+
+def per_thousand(spent: dict[str, float], items: int) -> dict[str, float]:
+    return {k: round(1_000_000 * v / items, 2) for k, v in spent.items()}
+
+
+def run_job(
+    fleet: Fleet, meter: Meter, key: str, task: str, texts: list[str], profile: Profile | None
+) -> dict:
+    """One job through the web app, from the POST to its final status."""
+    from sqlalchemy import func, select
+
+    from core.config.settings import get_settings
+    from db.models import Job, Result
+    from db.session import session_scope
+
+    body: dict = {"task": task, "items": [{"id": f"i{i}", "text": t} for i, t in enumerate(texts)]}
+    payload = json.dumps(body).encode()
+    if profile:
+        profile.start(task, meter.tiers)
+    before = meter.read()
+    started = time.perf_counter()
+    job = call(fleet.port, "POST", "/v1/jobs", key, payload)
+    # The final status is read from the job's row: a GET /v1/jobs/<id> every 0.1 s would
+    # add its progress count over the results to what is measured.
+    job_id = uuid.UUID(job["id"])
+    while True:
+        time.sleep(0.1)
+        with session_scope(get_settings()) as session:
+            if session.scalar(select(Job.status).where(Job.id == job_id)) in FINAL:
+                break
+    elapsed = time.perf_counter() - started
+    spent = Meter.spent(before, meter.read())
+    row = call(fleet.port, "GET", f"/v1/jobs/{job_id}", key)
+    profiled = profile.stop(task) if profile else None
+    with session_scope(get_settings()) as session:
+        query = select(func.count(), func.count(Result.error)).where(Result.job_id == job_id)
+        results, errors = session.execute(query).one()
+    stages = row.get("stage_seconds") or {}
+    spent["worker_outside_model"] = spent["cpu_workers"] - float(stages.get("model") or 0.0)
+    return {
+        "task": task,
+        "items": len(texts),
+        "status": row["status"],
+        "results": results,
+        "result_errors": errors,
+        "seconds": round(elapsed, 2),
+        "items_per_s": round(len(texts) / elapsed, 1),
+        "stage_seconds": stages,
+        "cpu_ms_per_1000_items": per_thousand(spent, len(texts)),
+        **({"profile": profiled} if profiled else {}),
+    }
+
+
+def run_level(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float) -> dict:
+    """`clients` threads, each sending one-text embed requests back to back."""
+    from bench.latency import Texts, message_texts, percentile
+
+    texts = Texts(message_texts())
+    latencies: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    stop = time.perf_counter() + seconds
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", fleet.port, timeout=60)
+        mine = []
+        while time.perf_counter() < stop:
+            body = json.dumps({"items": [{"id": "1", "text": texts.next()}]}).encode()
+            began = time.perf_counter()
+            conn.request("POST", "/v1/embed", body, headers)
+            response = conn.getresponse()
+            data = response.read()
+            if response.status != 200:
+                with lock:
+                    errors.append(f"{response.status} {data[:200]!r}")
+                continue
+            mine.append(time.perf_counter() - began)
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    before = meter.read()
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    spent = Meter.spent(before, meter.read())
+    n = max(1, len(latencies))
+    return {
+        "clients": clients,
+        "requests": len(latencies),
+        "errors": len(errors),
+        "first_error": errors[0] if errors else None,
+        "requests_per_s": round(len(latencies) / wall, 1),
+        "p50_ms": round(1000 * percentile(latencies, 0.50), 2) if latencies else None,
+        "p99_ms": round(1000 * percentile(latencies, 0.99), 2) if latencies else None,
+        "cpu_ms_per_request": {k: round(1000 * v / n, 3) for k, v in spent.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=100_000, help="items per batch job")
+    parser.add_argument("--tasks", default="embed,classify", help="batch jobs to run ('' none)")
+    parser.add_argument("--clients", default="1,8,64", help="interactive levels ('' none)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="per interactive level")
+    parser.add_argument("--workers", type=int, default=1, help="`laneway worker cpu` processes")
+    parser.add_argument("--port", type=int, default=8791)
+    parser.add_argument("--json", default=None, metavar="PATH", help="write the figures here")
+    parser.add_argument(
+        "--profile", default=None, metavar="DIR",
+        help="py-spy each tier and log Postgres' statements during the batch jobs, into DIR",
+    )  # fmt: skip
+    parser.add_argument("--keep", action="store_true", help="keep the logs' folder")
+    args = parser.parse_args(argv)
+    if args.items < 1 or args.workers < 1 or args.seconds <= 0:
+        parser.error("--items and --workers take at least 1, --seconds more than 0")
+    tasks = [t for t in args.tasks.split(",") if t]
+    levels = [int(c) for c in args.clients.split(",") if c]
+
+    logdir = Path(tempfile.mkdtemp(prefix="laneway-controlplane-"))
+    database, database_url = create_database(ADMIN_PG)
+    index = claim_redis_index()
+    redis_url = f"{REDIS_HOST}/{index}"
+    model = build_free_model(logdir / "model")
+    profile = Profile(Path(args.profile), ADMIN_PG, database) if args.profile else None
+    if profile:
+        profile.log_statements()
+    # Every process of the run, this one included, reads these (modules read them at import).
+    settings_env = {
+        "LANEWAY_DATABASE_URL": database_url,
+        "LANEWAY_REDIS_URL": redis_url,
+        "LANEWAY_HOME": str(logdir / "home"),
+        "LANEWAY_MODEL_PATH": str(model),
+        # One account sends every request: its plan's rate and size limits are lifted.
+        "LANEWAY_RATE_LIMIT_TRIAL": "100000000/minute",
+        "LANEWAY_MAX_ITEMS_TRIAL": str(max(args.items, 1000)),
+        "LANEWAY_MAX_UPLOAD_BYTES_TRIAL": str(64 << 20),
+    }
+    os.environ.update(settings_env)
+    fleet = Fleet(logdir, settings_env, args.port)
+    report: dict = {
+        "format": 1,  # the keys below are read by other tools: add keys, never rename one
+        "model": "BertModel, MiniLM's config and tokenizer, num_hidden_layers=0",
+        "workers": args.workers,
+        "broker": "LANEWAY_BROKER_URL" if os.environ.get("LANEWAY_BROKER_URL") else "redis",
+        "cpus": os.cpu_count(),
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+    }
+    try:
+        from bench.throughput import load_texts
+        from core.config.settings import get_settings
+        from db.accounts import create_account
+        from db.migrate import upgrade
+        from db.session import session_scope
+
+        settings = get_settings()
+        upgrade(settings)
+        with session_scope(settings) as session:
+            _, key = create_account(session, f"cp-{uuid.uuid4().hex[:6]}", "trial")
+        nodes = fleet.up(args.workers)
+        cpu_names = [n for n in nodes if n.startswith("cpu")]
+        tiers = {
+            "web": fleet.pids(["web"]),
+            "cpu_workers": fleet.pids(cpu_names),
+            "interactive_worker": fleet.pids(["interactive"]),
+        }
+        found = redis_pid(redis_url)
+        if found:
+            tiers["redis"] = [found]
+        meter = Meter(tiers, ADMIN_PG, database)
+        texts = load_texts(args.items)
+        report["batch"] = {}
+        if tasks:
+            # The same texts through the workers' tokenizing step alone, in this process.
+            tokenizing = tokenization_seconds(model, texts, settings.batch_size)
+        for task in tasks:
+            done = run_job(fleet, meter, key, task, texts, profile)
+            done["cpu_ms_per_1000_items"]["tokenization"] = round(
+                1_000_000 * tokenizing / len(texts), 2
+            )
+            report["batch"][task] = done
+            print(json.dumps(done), flush=True)
+        report["interactive"] = {}
+        for clients in levels:
+            level = run_level(fleet, meter, key, clients, args.seconds)
+            report["interactive"][str(clients)] = level
+            print(json.dumps(level), flush=True)
+    finally:
+        fleet.stop()
+        drop_database(ADMIN_PG, database)
+        release_redis_index(index)
+        if not args.keep:
+            shutil.rmtree(logdir, ignore_errors=True)
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()

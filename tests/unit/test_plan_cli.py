@@ -1,0 +1,169 @@
+"""`laneway plan` (fleet/cli/plan.py): the table, --json, and every bad target or profile
+as one line with exit status 1. The arithmetic itself is tests/unit/test_capacity.py's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fleet.calibration import batch_figures, interactive_figures, write_profile
+from fleet.capacity import PROFILE_VERSION, profile_from_dict
+from fleet.cli import cli
+from tests.unit.test_capacity import PROFILE
+
+
+@pytest.fixture
+def profile_path(tmp_path: Path) -> Path:
+    path = tmp_path / "profile.json"
+    write_profile(PROFILE, path)
+    return path
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["plan", *args])
+    return result.exit_code, result.output
+
+
+def test_the_table_names_every_tier_and_the_cost(profile_path: Path) -> None:
+    code, out = run("--profile", str(profile_path), "--batch", "cpu:classify=500_000",
+                    "--interactive", "1000", "--p99-ms", "500")  # fmt: skip
+    assert code == 0, out
+    for needle in ("cpu worker", "interactive worker", "web", "Postgres:", "Redis:",
+                   "an item", "a request", "Test CPU"):  # fmt: skip
+        assert needle in out
+
+
+def test_json_is_the_plan(profile_path: Path) -> None:
+    code, out = run("--profile", str(profile_path), "--batch", "cpu:classify=360000", "--json")
+    assert code == 0, out
+    plan = json.loads(out)
+    assert plan["processes"][0] == {"process": "cpu worker", "count": 1, "cores_each": 2,
+                                    "gpus": 0, "busy_cores": 0.5}  # fmt: skip
+    # the pool each process holds is db/session.py's, the one the processes use
+    from db.session import MAX_OVERFLOW, POOL_SIZE
+
+    assert plan["postgres"]["connections_max"] == 2 * (POOL_SIZE + MAX_OVERFLOW)
+
+
+def test_an_impossible_p99_is_said_not_hidden(profile_path: Path) -> None:
+    code, out = run("--profile", str(profile_path), "--interactive", "10", "--p99-ms", "10")
+    assert code == 0
+    assert "infeasible" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--batch", "cpu:classify=-1"], "positive number of items per hour"),
+        (["--batch", "cpu:classify=0"], "positive number of items per hour"),
+        (["--batch", "cpu:classify=lots"], "is not a number"),
+        (["--batch", "classify=5"], "LANE:TASK=ITEMS_PER_HOUR"),
+        (["--batch", "tpu:classify=5"], "unknown lane 'tpu'"),
+        (["--batch", "cpu:translate=5"], "unknown task 'translate'"),
+        (["--batch", "cpu:classify=5", "--device", "tpu"], "unknown device 'tpu'"),
+        (["--batch", "gpu:classify=5", "--device", "cuda"], "no GPU figure"),
+        (["--interactive", "-3"], "positive number of requests/s"),
+        (["--interactive", "3", "--p99-ms", "0"], "p99"),
+        (["--batch", "cpu:classify=5", "--model", "other"], "not 'other'"),
+        ([], "nothing to plan"),
+    ],
+)
+def test_bad_targets_exit_1_with_one_line(profile_path: Path, args: list, says: str) -> None:
+    code, out = run("--profile", str(profile_path), *args)
+    assert code == 1
+    assert out.startswith("Error: ") and says in out
+    assert out.count("\n") == 1
+
+
+def test_a_missing_or_foreign_profile_exits_1(tmp_path: Path) -> None:
+    code, out = run("--profile", str(tmp_path / "none.json"), "--batch", "cpu:classify=5")
+    assert code == 1 and "run `laneway calibrate` first" in out and out.count("\n") == 1
+    old = tmp_path / "old.json"
+    write_profile({**PROFILE, "version": PROFILE_VERSION + 1}, old)
+    code, out = run("--profile", str(old), "--batch", "cpu:classify=5")
+    assert code == 1 and f"version {PROFILE_VERSION + 1}" in out and out.count("\n") == 1
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    code, out = run("--profile", str(broken), "--batch", "cpu:classify=5")
+    assert code == 1 and "cannot read the profile" in out
+
+
+def test_the_default_profile_lives_under_laneway_home(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LANEWAY_HOME", str(tmp_path))
+    from core.config.settings import get_settings
+
+    get_settings.cache_clear()
+    try:
+        code, out = run("--batch", "cpu:classify=5")
+        assert code == 1 and str(tmp_path / "capacity-profile.json") in out
+    finally:
+        get_settings.cache_clear()
+
+
+def test_benchmark_reports_become_profile_figures() -> None:
+    # bench/throughput.py's report over 1,000 items on 2 threads, bf16 at 400 items/s
+    throughput = {"items": 1000, "threads": 2, "bare": {"fp32": {"items_per_s": 160.0},
+                  "bf16": {"items_per_s": 400.0}},
+                  "fleets": [{"items_per_s": 380.0, "outside_model_seconds": 0.5}]}  # fmt: skip
+    tiers = {"worker": 6.0, "bench": 9.0, "postgres": 0.5, "redis": 0.1}
+    cost, measured = batch_figures(throughput, tiers, {"bytes": 2e6, "rows": 2000}, "bf16")
+    assert cost.model_cpu_s == pytest.approx(0.005)
+    assert cost.worker_cpu_s == pytest.approx(0.001)
+    assert cost.postgres_cpu_s == pytest.approx(0.0005)
+    assert cost.postgres_bytes == 2000 and cost.postgres_rows == 2
+    assert measured == {"workers": 1, "threads": 2, "items_per_s": 380.0}
+
+    def level(clients: int, batch: float, worker: float, p50: float, p99: float, rps: float):
+        cpu = {"web": 1.5, "interactive worker": worker, "redis (shared)": 0.3, "bench client": 1}
+        return {"clients": clients, "p50_ms": p50, "p99_ms": p99, "requests_per_s": rps,
+                "cpu_ms_per_request": cpu, "stage_median_ms": {"batch": batch}}  # fmt: skip
+
+    latency = {"idle": {"messages": [level(64, 21, 5.0, 280, 460, 250),
+                                     level(1, 1, 11, 12.9, 20, 78)]}}  # fmt: skip
+    inter, levels = interactive_figures(latency, 2)
+    assert inter.per_request("worker", 1) == pytest.approx(0.011)
+    assert inter.per_request("worker", 21) == pytest.approx(0.005)
+    assert inter.batch_at(64) == pytest.approx(21)
+    assert (inter.p50_ms_alone, inter.p99_ms_alone) == (12.9, 20)
+    assert inter.busy_share == pytest.approx((1.5 + 5 + 0.3 + 1) * 250 / 1000 / 2)
+    assert [x["clients"] for x in levels] == [1, 64]
+    whole = {**PROFILE, "batch": {"classify": cost.__dict__},
+             "interactive": {"classify": inter.__dict__}}  # fmt: skip
+    assert profile_from_dict(whole).batch["classify"] == cost
+
+
+def test_the_window_is_the_job_not_the_worker_start() -> None:
+    from fleet.calibration import window
+
+    # a worker loads its model (10 CPU s), idles, runs a 4 s job (8 CPU s), and ends;
+    # the bare model runs afterwards in the bench process alone
+    series = [
+        (0.0, {"worker": 0.0, "bench": 0.0}, True),
+        (5.0, {"worker": 10.0, "bench": 0.0}, True),
+        (6.0, {"worker": 10.0, "bench": 0.5}, True),
+        (10.0, {"worker": 18.0, "bench": 1.0}, True),
+        (20.0, {"worker": 18.0, "bench": 30.0}, False),
+    ]
+    assert window(series, 4.0) == {"worker": 8.0, "bench": 0.5}
+    assert window([(0.0, {"worker": 1.0}, False)], 4.0) == {}
+
+
+def test_control_plane_figures_replace_the_tiers_they_measure() -> None:
+    from fleet.calibration import controlplane_figures
+
+    # bench/controlplane.py's --json: CPU ms per 1,000 items by tier for each task's job
+    report = {"batch": {"classify": {"cpu_ms_per_1000_items": {
+        "web": 900.0, "cpu_workers": 2500.0, "worker_outside_model": 2100.0,
+        "postgres": 400.0, "redis": 150.0, "client": 30.0, "tokenization": 800.0,
+    }}}}  # fmt: skip
+    assert controlplane_figures(report, "classify") == pytest.approx(
+        {
+            "web_cpu_s": 0.0009,
+            "worker_cpu_s": 0.0021,
+            "postgres_cpu_s": 0.0004,
+            "redis_cpu_s": 0.00015,
+        }  # fmt: skip
+    )
