@@ -94,14 +94,19 @@ demo: install
 # The quick loop before a commit (docs/testing.md): ruff, the import contracts, and the tests
 # that start no process and load no model for long: not e2e, not slow (pyproject.toml's
 # markers; a test that starts a process unmarked fails). `make test` still runs every test.
+# Both spread the tests over TEST_WORKERS processes (pytest-xdist; docs/testing.md): each is
+# a run of its own, with its own database and Redis index. `make test` hands out whole files
+# (--dist loadfile), so that the tests sharing a module's fleet start it once.
+TEST_WORKERS ?= 2
+
 check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not e2e and not slow" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not e2e and not slow" $(PYTEST_ARGS)
 
 test: install lint $(COMPOSE) $(KUBE_VALIDATE) kubectl chromium nginx prometheus docs
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The documentation site (mkdocs.yml) into var/site (git-ignored). --strict fails the build,
 # and so `make test`, on a broken link or anchor or a page left out of the nav.

@@ -65,6 +65,17 @@ def _claim_redis_index() -> int:
     raise RuntimeError("every Redis db index 1..15 is claimed by another test run")
 
 
+def _xdist_controller(config: pytest.Config) -> bool:
+    """Whether this process is pytest-xdist's controller (`-n N`), which hands tests to its
+    workers and runs none: each worker is a run of its own, with its own database and Redis
+    index, so that parallel workers never see each other's jobs, queues or fleets."""
+    if hasattr(config, "workerinput"):
+        return False
+    return getattr(config.option, "dist", "no") != "no" and bool(
+        getattr(config.option, "numprocesses", None)
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Point every LANEWAY_* setting at this run's services before any module reads them.
 
@@ -72,8 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
     claimed here: one round trip when Redis answers. When it does not, the run goes on
     without it and the tests that need it fail in `services`, saying so.
     """
-    if hasattr(config, "workerinput"):
-        return
+    if _xdist_controller(config):
+        return  # it runs no test: each of its workers claims its own database and index
     db_name = f"laneway_test_{uuid.uuid4().hex[:10]}"
     try:
         index = _claim_redis_index()
