@@ -26,7 +26,7 @@ from tests.faults.harness import (
 )
 from tests.rabbit import on_rabbitmq, rabbitmqctl
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 OUTAGE = 8  # seconds, as for Redis (tests/faults/test_redis_restarted.py)
 
 

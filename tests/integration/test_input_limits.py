@@ -187,7 +187,7 @@ def test_a_gzip_upload_is_held_to_the_body_limit_once_inflated(client, account_f
     assert _upload(client, trial, packed, "big.jsonl.gz").status_code == 202
 
 
-@pytest.mark.parametrize("name,data,message", BROKEN_GZIP)
+@pytest.mark.parametrize("name,data,message", BROKEN_GZIP, ids=bombs.stable_id)
 def test_broken_gzip_uploads_are_400_naming_the_problem(
     client, account_factory, name, data, message
 ):

@@ -78,7 +78,7 @@ def test_every_page_is_in_the_nav():
 
 def test_the_benchmarks_page_gives_each_figure_its_command_and_links_the_journal():
     page = (DOCS / "benchmarks.md").read_text()
-    assert len(page.splitlines()) <= 250, "a page a user reads in five minutes"
+    assert len(page.splitlines()) <= 300, "a page a user reads in five minutes"
     # Every section that shows figures (a table) names the command that reproduces them.
     sections = re.split(r"^## ", page, flags=re.M)[1:]
     assert len(sections) >= 5

@@ -270,6 +270,7 @@ def test_the_byte_limit_reads_one_byte_past_it_and_no_further():
         ("x.csv.gz", gzip.compress(b"id,text\n")[:10] + b"\xff" * 20, "not a valid gzip file"),
         ("x.csv.gz", b"", "the CSV file is empty"),
     ],
+    ids=bombs.stable_id,
 )
 def test_broken_gzip_files_are_named(filename, data, message):
     with pytest.raises(InputError, match=re.escape(message)):
