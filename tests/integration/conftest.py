@@ -8,8 +8,15 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _services(services) -> None:
-    """Every test here stands on the run's database and Redis index, asked for or not."""
+def _services(services, settings) -> None:
+    """Every test here stands on the run's database and Redis index, asked for or not, and
+    starts with the lanes' queues empty: no worker consumes what these tests send, so the
+    messages earlier tests left would otherwise add up past a lane's limit and hold the next
+    test's jobs, by the order the tests happen to run in (which pytest-xdist's workers
+    change)."""
+    from tests.broker import empty_queues
+
+    empty_queues(settings, unacked=True)
 
 
 def auth(key: str) -> dict[str, str]:
