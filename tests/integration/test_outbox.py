@@ -29,6 +29,15 @@ from tasks.inbox import write_outbox_task
 from tests.receiver import Receiver
 
 
+@pytest.fixture(autouse=True)
+def _quiet_lanes(settings, migrated):
+    """Each test starts with no job left open by earlier files in this run: one held job on
+    a lane holds every later job there, and no worker runs in these tests to end it."""
+    from tests.broker import quiesce
+
+    quiesce(settings)
+
+
 @pytest.fixture
 def s(tmp_path, migrated) -> Settings:
     return Settings.from_env(
