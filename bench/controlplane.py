@@ -418,7 +418,7 @@ def run_job(
 
 def run_level(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float) -> dict:
     """`clients` threads, each sending one-text embed requests back to back."""
-    from bench.latency import Texts, message_texts, percentile
+    from bench.latency import Texts, message_texts, percentile, run_all
 
     texts = Texts(message_texts())
     latencies: list[float] = []
@@ -447,12 +447,7 @@ def run_level(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     before = meter.read()
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    wall = run_all(threads)
     spent = Meter.spent(before, meter.read())
     n = max(1, len(latencies))
     return {

@@ -198,12 +198,7 @@ def run_level(target, clients: int, seconds: float, texts: Texts, pids: dict[str
 
     threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
     cpu_before = cpu_seconds({**pids, "bench client": os.getpid()})
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    wall = run_all(threads)
     cpu_after = cpu_seconds({**pids, "bench client": os.getpid()})
     n = max(1, len(latencies))
     cpu_ms = {k: round(1000 * (cpu_after[k] - cpu_before[k]) / n, 2) for k in cpu_after}
@@ -257,6 +252,16 @@ def start(name: str, argv: list[str], env: dict[str, str], logdir: Path) -> subp
         argv, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True, cwd=ROOT,
     )  # fmt: skip
+
+
+def run_all(threads: list[threading.Thread]) -> float:
+    """Start every client thread at once and wait for all: the wall seconds they took."""
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started
 
 
 def web_healthy(port: int) -> bool:

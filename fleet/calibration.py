@@ -1,14 +1,13 @@
 """`laneway calibrate`: run the benchmarks on this machine and store what the capacity plan
 needs (fleet/capacity.py) as a versioned profile.
 
-The benchmarks are the repository's own scripts, run as they are documented
-(docs/benchmarks.md), each with its report written as JSON: bench/throughput.py (the bare
-model and one cpu worker on a job), bench/latency.py (the web app and an interactive
-worker at 1, 8 and 64 clients) and, where the checkout has it, bench/controlplane.py (each
-tier's CPU per item around a near-free model). While a benchmark runs, a sampler reads the CPU
-seconds of its processes (the bench itself and the celery workers it starts), of the
-Postgres server's processes and of Redis (INFO cpu), so each tier's cost per item is its
-CPU over the items, whichever machine runs it."""
+The benchmarks are the repository's own scripts, each with its report written as JSON:
+bench/throughput.py (the bare model and one cpu worker on a job), bench/latency.py (the web
+app and an interactive worker at 1, 8 and 64 clients) and, where the checkout has it,
+bench/controlplane.py (each tier's CPU per item around a near-free model). While a
+benchmark runs, a sampler reads the CPU seconds of its processes (the bench itself and the
+celery workers it starts), of the Postgres server's processes and of Redis (INFO cpu), so
+each tier's cost per item is its CPU over the items, whichever machine runs it."""
 
 from __future__ import annotations
 

@@ -17,14 +17,7 @@ from fleet.cli.common import LOG_LEVEL_ENV
 from tests.e2e.procs import BIN
 from tests.integration.conftest import store_results
 
-
-@pytest.fixture(autouse=True)
-def _quiet_lanes(settings, migrated):
-    """Each test starts with no job left open by earlier files in this run: one held job on
-    a lane holds every later job there, and no worker runs in these tests to end it."""
-    from tests.broker import quiesce
-
-    quiesce(settings)
+pytestmark = pytest.mark.usefixtures("quiet_run")
 
 
 CSV = "id,text\na,my card was charged twice\nb,the parcel never came\n"

@@ -20,14 +20,7 @@ from db.session import session_scope
 from jobs.inbox import WORKING, scan_inbox
 from tests.e2e.procs import BIN, wait_for
 
-
-@pytest.fixture(autouse=True)
-def _quiet_lanes(settings, migrated):
-    """Each test starts with no job left open by earlier files in this run: one held job on
-    a lane holds every later job there, and no worker runs in these tests to end it."""
-    from tests.broker import quiesce
-
-    quiesce(settings)
+pytestmark = pytest.mark.usefixtures("quiet_run")
 
 
 def lines_csv(n: int, prefix: str = "r") -> bytes:

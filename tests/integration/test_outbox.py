@@ -28,14 +28,7 @@ from jobs.outbox import notify_webhook, resend_lost_outbox, send_outbox, write_o
 from tasks.inbox import write_outbox_task
 from tests.receiver import Receiver
 
-
-@pytest.fixture(autouse=True)
-def _quiet_lanes(settings, migrated):
-    """Each test starts with no job left open by earlier files in this run: one held job on
-    a lane holds every later job there, and no worker runs in these tests to end it."""
-    from tests.broker import quiesce
-
-    quiesce(settings)
+pytestmark = pytest.mark.usefixtures("quiet_run")
 
 
 @pytest.fixture
