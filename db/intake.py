@@ -24,7 +24,6 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.schema import CreateTable
 
-from db.common import record_event
 from db.models import Chunk, Job, JobItem
 
 # Items pass through a temporary table on their way to job_items: they arrive in input
@@ -142,8 +141,9 @@ def create_job(
 ) -> Job:
     """Write a job, its items and its chunks; the caller commits. `items` are either
     staged already (stage_items) or (id, text) pairs staged here. Raises DuplicateItem
-    (and writes no item) when two items share an id. A held job (its lane is full) waits,
-    chunks and all, until the reconciler releases it."""
+    (and writes no item) when two items share an id. With `held` (every job submitted)
+    its chunks wait for slots on the lane (jobs/fairshare.py); without, they are queued
+    at once, for the caller to send."""
     if not isinstance(items, Staged):
         items = stage_items(session, ((i, t, n) for n, (i, t) in enumerate(items)))
     job = Job(
@@ -151,7 +151,7 @@ def create_job(
         account_id=account_id,
         tasks=list(tasks),
         labels=list(labels),
-        status="held" if held else "queued",
+        status="queued",
         lane=lane,
         routing=routing,
         source=source,
@@ -203,8 +203,6 @@ def create_job(
                 )
             ],
         )
-    if held:
-        record_event(session, job.id, "held", {"lane": lane})
     return job
 
 
@@ -219,12 +217,3 @@ class ChunkRef(NamedTuple):
     id: int
     task_id: str
     stage: str
-
-
-def chunk_refs(session: Session, job_id: uuid.UUID) -> list[ChunkRef]:
-    rows = session.execute(
-        select(Chunk.id, Chunk.task_id, Chunk.stage)
-        .where(Chunk.job_id == job_id)
-        .order_by(Chunk.seq)
-    )
-    return [ChunkRef(*row) for row in rows]

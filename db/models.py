@@ -23,13 +23,15 @@ from sqlalchemy import (
     Uuid,
     false,
     func,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from core.vocab import ACCOUNT_TYPES, LANES
 from core.vocab import FINAL_JOB_STATUSES as FINAL_JOB_STATUSES  # shared with the metrics
 
-# held: accepted while its lane is full, dispatched when capacity frees (backpressure);
+# held: a status rows written before fair share may carry (a job waited whole for room);
+# a job's waiting now shows in its chunks' state (held: not yet given a slot on its lane).
 # cancelling: DELETE asked for it, running chunks stop at their next micro-batch.
 JOB_STATUSES = (
     "held",
@@ -41,6 +43,7 @@ JOB_STATUSES = (
     "failed",
     "cancelled",
 )
+# held: waiting for a slot on its lane, no message sent (jobs/fairshare.py gives slots);
 # split: a chunk that kept killing its workers, replaced by two halves (its children).
 CHUNK_STATES = ("held", "queued", "running", "done", "failed", "cancelled", "split")
 FINISHED_CHUNK_STATES = ("done", "failed", "cancelled", "split")
@@ -85,6 +88,9 @@ class Account(Base):
     # Told when an inbox job's results reach the outbox; may carry a secret token, so it is
     # never logged.
     webhook_url: Mapped[str | None] = mapped_column(String(2000))
+    # The account's weight in its lanes' fair share (jobs/fairshare.py); None: its type's
+    # (LANEWAY_SHARE_WEIGHT_<TYPE>). Read at every refill: a change needs no restart.
+    share_weight: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[CreatedAt]
 
     keys: Mapped[list[ApiKey]] = relationship(back_populates="account")
@@ -172,6 +178,15 @@ class Chunk(Base):
         CheckConstraint(_in("state", CHUNK_STATES), name="state"),
         CheckConstraint(_in("stage", CHUNK_STAGES), name="stage"),
         Index("ix_chunks_state", "state"),
+        # A lane's waiting chunks by job, in order: what fair share reads at every refill.
+        Index(
+            "ix_chunks_held",
+            "queue",
+            "job_id",
+            "seq",
+            postgresql_where=text("state = 'held'"),
+            sqlite_where=text("state = 'held'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -206,6 +221,32 @@ class Chunk(Base):
     queued_at: Mapped[CreatedAt]
     started_at: Mapped[Timestamp]
     finished_at: Mapped[Timestamp]
+
+
+class LaneShare(Base):
+    """An account's pass on a lane: the items the lane gave it, each divided by the
+    account's weight then (start-time fair queuing, jobs/fairshare.py). The account with
+    the lowest pass among those waiting gets the lane's next free slot."""
+
+    __tablename__ = "lane_shares"
+    __table_args__ = (CheckConstraint(_in("lane", LANES), name="lane"),)
+
+    lane: Mapped[str] = mapped_column(String(10), primary_key=True)
+    account_id: Mapped[int] = mapped_column(
+        ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True
+    )
+    pass_: Mapped[float] = mapped_column("pass", Float, default=0.0)
+
+
+class LaneClock(Base):
+    """A lane's fair-share clock: the pass at which its last given chunk started. An
+    account whose pass is behind it (new, or back from idle) starts from it."""
+
+    __tablename__ = "lane_clocks"
+    __table_args__ = (CheckConstraint(_in("lane", LANES), name="lane"),)
+
+    lane: Mapped[str] = mapped_column(String(10), primary_key=True)
+    clock: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class Result(Base):

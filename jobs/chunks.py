@@ -6,9 +6,12 @@
                         │                  │ └──exhaust──> split (+ two new queued halves)
                         └──────cancel──────┴──> cancelled       (recover: back to queued)
 
-Callers (the chunk tasks, the reconciler, jobs/lifecycle.py) decide *when*; this module
-decides *how*, and every transition takes its row locks in one order:
+Callers (the chunk tasks, the reconciler, jobs/lifecycle.py, jobs/fairshare.py) decide
+*when*; this module decides *how*, and every transition takes its row locks in one order:
 
+0. A lane's fair-share lock (a Postgres advisory lock, jobs/fairshare.py) before any
+   chunk, and only by a refill, in a transaction of its own: nothing waits for it while
+   holding a row, and a release takes held chunks only `SKIP LOCKED`.
 1. Dead letters, then the job (only `retry_dead_letters` holds letters).
 2. A chunk's row, then its job's row. A transition on one chunk locks the chunk
    `FOR UPDATE` first (the reconciler `FOR UPDATE SKIP LOCKED`, so it never waits on a
@@ -18,11 +21,10 @@ decides *how*, and every transition takes its row locks in one order:
    Never `FOR UPDATE` after a chunk: two claims that each hold `KEY SHARE` on the job and
    both asked for `FOR UPDATE` would wait for each other; `NO KEY UPDATE` does not
    conflict with `KEY SHARE`, so such writers queue behind one another instead.
-3. A job-level transition (cancel, release) locks the job `FOR UPDATE` first and then
-   takes its chunks only `SKIP LOCKED` (cancel), or only chunks nobody else can hold
-   (release: held chunks have no message, so no worker or reconciler touches them). It
-   never waits for a chunk while holding the job: a chunk it skips is being claimed or
-   recovered, and that holder reads the job's status after the cancel commits.
+3. A job-level transition (cancel) locks the job `FOR UPDATE` first and then takes its
+   chunks only `SKIP LOCKED`. It never waits for a chunk while holding the job: a chunk
+   it skips is being claimed, released or recovered, and that holder (or the claim of a
+   released one) reads the job's status after the cancel commits.
 4. Results and dead letters are written while the chunk's row is held (their foreign
    keys take `KEY SHARE` on the job, so they wait for a cancel's commit, never the
    reverse). Settling a job (jobs/lifecycle.settle) runs in a transaction of its own
@@ -97,6 +99,7 @@ class Claim:
 
     work: Work | None
     settle: uuid.UUID | None = None
+    lane: str = "cpu"
 
 
 # --- claim and hand on ------------------------------------------------------------------
@@ -122,7 +125,7 @@ def claim(
         counted = stage in COUNTED_STAGES
         if job.status in ("cancelling", "cancelled"):
             chunk.state, chunk.finished_at = "cancelled", utcnow()
-            return Claim(None, job.id)
+            return Claim(None, job.id, chunk.queue)
         if counted and chunk.attempts >= attempt_limit(settings):
             halves = exhaust(
                 session,
@@ -132,7 +135,7 @@ def claim(
             )
             if halves:
                 after_commit(session, lambda: send_chunks(halves))
-            return Claim(None, None if halves else job.id)
+            return Claim(None, None if halves else job.id, chunk.queue)
         chunk.state, chunk.stage = "running", stage
         chunk.worker_instance = instance
         chunk.started_at = utcnow()
@@ -264,12 +267,17 @@ def requeue(settings: Settings, chunk_id: int) -> None:
         )
 
 
-def release_held(session: Session, job: Job, now: datetime) -> list[Chunk]:
-    """A held job's chunks become queued, in order, to be sent after the commit; the
-    caller holds the job `FOR UPDATE` (rule 3), and held chunks have no other holder."""
+def release(session: Session, job_id: uuid.UUID, n: int, now: datetime) -> list[Chunk]:
+    """The job's first `n` held chunks get a slot on their lane: queued, to be sent after
+    the commit. Taken `SKIP LOCKED` under the lane's lock (rule 0): a chunk a cancel holds
+    now is left to it."""
     chunks = list(
         session.scalars(
-            select(Chunk).where(Chunk.job_id == job.id, Chunk.state == "held").order_by(Chunk.seq)
+            select(Chunk)
+            .where(Chunk.job_id == job_id, Chunk.state == "held")
+            .order_by(Chunk.seq)
+            .limit(n)
+            .with_for_update(skip_locked=True)
         )
     )
     for chunk in chunks:
@@ -359,7 +367,8 @@ def next_seq(session: Session, job_id: uuid.UUID) -> int:
 def new_chunk(
     job: Job, seq: int, start: int, stop: int, positions: list[int] | None, **kw: Any
 ) -> Chunk:
-    """A queued chunk of the job at its lane's first stage (a half, or a retry's chunk)."""
+    """A chunk of the job at its lane's first stage: queued (a half, sent at once in its
+    parent's place), or `state="held"` (a retry's chunk, which waits for a slot)."""
     return Chunk(
         job_id=job.id,
         seq=seq,
@@ -368,10 +377,9 @@ def new_chunk(
         positions=positions,
         queue=job.lane,
         task_id=str(uuid.uuid4()),
-        state="queued",
         stage=first_stage(job.lane),
         attempts=0,
-        **kw,
+        **{"state": "queued", **kw},
     )
 
 

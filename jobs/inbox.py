@@ -46,7 +46,6 @@ from core.obs.logsafe import printable, unprintable
 from core.queueing.celery_app import TRANSIENT_ERRORS
 from core.util import safefs
 from db.common import aware
-from db.intake import ChunkRef
 from db.models import Account, InboxFile, Job
 from db.session import session_factory
 from jobs.inputs import (
@@ -416,14 +415,14 @@ class Scan:
         if stored is None:
             self._put_back(folder, name)
             return Outcome(folder.name, name, "waiting", "its outbox name was just taken")
-        job, chunks = stored
+        job = stored
         # Committed: the file is done with whatever happens next.
         try:
             os.close(self._move_into(folder, name, PROCESSED)[0])
         except (safefs.Refused, OSError) as exc:
             log.error("%s: ingested, not moved to %s/ (%s)", label, PROCESSED, exc)
             self._put_back(folder, name)  # the next scan finds it a duplicate
-        send_job(job, chunks)
+        send_job(job, self.settings)
         seconds = time.perf_counter() - started
         detail = f"{job.total_items} items in {seconds:.1f} s, {job.lane} lane"
         self.progress(f"{label}: ingested as job {job.id} ({detail})")
@@ -491,7 +490,7 @@ def store_file(
     fh: BinaryIO,
     size: int,
     progress: Callable[[str], None] | None = None,
-) -> tuple[Job, list[ChunkRef]] | InboxFile | None:
+) -> Job | InboxFile | None:
     """Write an inbox file's job (`name`, read from `fh`, `size` bytes as it lies) in one
     transaction with its content hash: the job and its chunks (to dispatch); or the
     account's earlier file with the same content; or None when the outbox name chosen was
@@ -499,7 +498,7 @@ def store_file(
     digest = hashlib.sha256()
     label = f"{printable(account.name)}/{printable(name)}"
     with session_factory(settings)() as session:
-        job, chunks = store_job(
+        job = store_job(
             session,
             account,
             file_items(name, fh, inbox_limits(settings), digest),
@@ -530,7 +529,7 @@ def store_file(
                     InboxFile.account_id == account.id, InboxFile.sha256 == sha256
                 )
             )
-    return job, chunks
+    return job
 
 
 def _free_stem(session: Any, account_id: int, stem: str) -> str:

@@ -12,19 +12,15 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 
 import redis
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from core.config.settings import Settings, get_settings
 from core.obs import metrics
 from core.queueing.alerts import raise_alert
-from core.queueing.broker import BROKER_ERRORS, depth
-from core.queueing.dispatch import dispatch_job
 from core.store.redis_conn import redis_client
-from core.vocab import LANES
 from db.common import aware, record_event, utcnow
 from db.models import (
     FINAL_JOB_STATUSES,
@@ -35,7 +31,7 @@ from db.models import (
 )
 from db.results import finalize_job
 from db.session import after_commit, session_scope
-from jobs import chunks
+from jobs import chunks, fairshare
 from jobs.outbox import send_outbox
 
 log = logging.getLogger(__name__)
@@ -67,8 +63,7 @@ def cancel_key(job_id: uuid.UUID | str) -> str:
 
 def settle(job_id: uuid.UUID, settings: Settings | None = None) -> str | None:
     """Finalize the job if none of its chunks is left to run; then send an inbox job's
-    outbox writer, alert on a failure and let held jobs into the capacity it freed.
-    Returns the final status, once."""
+    outbox writer and alert on a failure. Returns the final status, once."""
     settings = settings or get_settings()
     with session_scope(settings) as session:
         status = finalize_job(session, job_id, settings.cpu_price, settings.gpu_price)
@@ -84,7 +79,14 @@ def settle(job_id: uuid.UUID, settings: Settings | None = None) -> str | None:
     metrics.record_job(lane, status, seconds, (cost or {}).get("total"))
     if status == "failed":
         raise_alert("job_failed", f"Laneway: job {job_id} failed: none of its items succeeded")
-    release_held_jobs(settings)
+    return status
+
+
+def chunk_ended(job_id: uuid.UUID, lane: str, settings: Settings) -> str | None:
+    """A chunk of the job ended (finished, failed, cancelled): finalize the job if it was
+    the last, and give the slot it freed on its lane to the next waiting chunk."""
+    status = settle(job_id, settings)
+    fairshare.safe_refill(settings, lane)
     return status
 
 
@@ -129,8 +131,9 @@ def retry_dead_letters(
     letter_ids: Sequence[int] | None = None,
     settings: Settings | None = None,
 ) -> Retried:
-    """Send open dead letters back: their items form new chunks of the job, which runs
-    again and is finalized anew. A letter is sent back once (locked, then marked)."""
+    """Send open dead letters back: their items form new chunks of the job, which wait
+    for slots on its lane like any other; the job runs again and is finalized anew. A
+    letter is sent back once (locked, then marked)."""
     settings = settings or get_settings()
     query = select(DeadLetter).where(DeadLetter.retried_at.is_(None))
     if job_id is not None:
@@ -138,6 +141,7 @@ def retry_dead_letters(
     if letter_ids is not None:
         query = query.where(DeadLetter.id.in_(list(letter_ids)))
     result = Retried({}, 0, {})
+    lanes: set[str] = set()
     with session_scope(settings) as session:
         letters = session.scalars(
             query.order_by(DeadLetter.id).with_for_update(skip_locked=True)
@@ -148,7 +152,7 @@ def retry_dead_letters(
         for jid, group in by_job.items():
             job = session.get(Job, jid, with_for_update=True)
             assert job is not None
-            if job.status in ("held", "cancelling", "cancelled"):
+            if job.status in ("cancelling", "cancelled"):
                 result.skipped[str(jid)] = f"the job is {job.status}"
                 continue
             wanted = {idx for letter in group for idx in letter.idxs}
@@ -165,7 +169,7 @@ def retry_dead_letters(
             for n, begin in enumerate(range(0, len(ordered), job.chunk_size)):
                 part = ordered[begin : begin + job.chunk_size]
                 chunk = chunks.new_chunk(
-                    job, seq + n, part[0].pos, part[-1].pos + 1, [p.pos for p in part]
+                    job, seq + n, part[0].pos, part[-1].pos + 1, [p.pos for p in part], state="held"
                 )
                 new.append(chunk)
                 chunk_of.update((p.idx, chunk) for p in part)
@@ -180,79 +184,23 @@ def retry_dead_letters(
             record_event(session, jid, "retried", {"letters": len(group), "items": len(ordered)})
             result.jobs[str(jid)] = len(ordered)
             result.letters += len(group)
-            after_commit(session, partial(dispatch_job, str(jid), job.lane, new))
+            lanes.add(job.lane)
+    for lane in sorted(lanes):
+        fairshare.safe_refill(settings, lane)
     return result
 
 
 # --- backpressure --------------------------------------------------------------------------
 
 
-def _held_items(session: Session, lane: str) -> int:
-    return (
-        session.scalar(
-            select(func.coalesce(func.sum(Job.total_items), 0)).where(
-                Job.status == "held", Job.lane == lane
-            )
-        )
-        or 0
-    )
-
-
-def lane_is_full(settings: Settings, lane: str) -> bool:
-    """True when the lane's depth (queued + reserved + running) has reached its limit.
-    When the broker cannot say, the lane counts as open: the job is stored either way."""
-    try:
-        return depth(settings, lane)["depth"] >= settings.lane_limit(lane)
-    except BROKER_ERRORS:
-        return False
-
-
-def admit(session: Session, settings: Settings, lane: str, n_items: int) -> bool:
-    """Whether a new job on `lane` must be held (True) or may be sent now (False).
-
-    Jobs wait in arrival order: while any job is held on the lane, new ones are held too.
-    Raises LaneFull when holding this one would pass `LANEWAY_HOLD_LIMIT` held items.
-    """
-    held = _held_items(session, lane)
-    if not held and not lane_is_full(settings, lane):
-        return False
-    if held + n_items > settings.hold_limit:
+def admit(session: Session, settings: Settings, lane: str, n_items: int) -> None:
+    """A new job's items may wait on `lane`: every job waits in Postgres for its slots
+    (jobs/fairshare.py), so only the lane's waiting room bounds it. Raises LaneFull when
+    this job would pass `LANEWAY_HOLD_LIMIT` items waiting on the lane."""
+    if fairshare.waiting_items(session, lane) + n_items > settings.hold_limit:
         raise LaneFull(lane, retry_after(settings))
-    return True
 
 
 def retry_after(settings: Settings) -> int:
-    """Seconds a refused client should wait: two reconciler rounds, which release held jobs."""
+    """Seconds a refused client should wait: two reconciler rounds."""
     return max(30, 2 * settings.reconcile_interval)
-
-
-def release_held_jobs(settings: Settings | None = None) -> list[str]:
-    """Send held jobs, oldest first, while their lane has room under its limit."""
-    settings = settings or get_settings()
-    released: list[str] = []
-    for lane in LANES:
-        limit = settings.lane_limit(lane)
-        try:
-            found = depth(settings, lane)["depth"]
-        except BROKER_ERRORS:
-            return []
-        if found >= limit:
-            continue
-        with session_scope(settings) as session:
-            jobs = session.scalars(
-                select(Job)
-                .where(Job.status == "held", Job.lane == lane)
-                .order_by(Job.created_at)
-                .with_for_update(skip_locked=True)
-            ).all()
-            now = utcnow()
-            for job in jobs:
-                if found >= limit:
-                    break
-                sent = chunks.release_held(session, job, now)
-                job.status = "queued"
-                record_event(session, job.id, "released", {"depth": found})
-                found += len(sent)
-                released.append(str(job.id))
-                after_commit(session, partial(dispatch_job, str(job.id), lane, sent))
-    return released

@@ -11,11 +11,11 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from core.config.settings import ModelSpec, Settings, get_settings
-from core.queueing.dispatch import dispatch_job
 from core.vocab import TASKS
-from db.intake import ChunkRef, DuplicateItem, chunk_refs, create_job, stage_items
+from db.intake import DuplicateItem, create_job, stage_items
 from db.models import Account, Job
 from db.session import after_commit, session_factory
+from jobs import fairshare
 from jobs.inputs import InputError, ItemStream, item_stream
 from jobs.lanes import live_lanes, read_lane_stats
 from jobs.lifecycle import admit
@@ -100,14 +100,13 @@ def store_job(
     source: str = "api",
     settings: Settings | None = None,
     progress: Callable[[int], None] | None = None,
-) -> tuple[Job, list[ChunkRef]]:
+) -> Job:
     """Validate and write the job, its items and its chunks in the caller's transaction.
 
     Items stream into the database as they are read; a bad one raises InputError naming
     its place, and the caller's rollback leaves nothing behind. The lane comes from the
-    routing policy; when the lane is full the job is stored held (the reconciler sends it
-    when room frees up), and past the hold limit LaneFull is raised (the caller's rollback
-    stores nothing).
+    routing policy. Its chunks wait for slots on their lane (jobs/fairshare.py); past the
+    lane's hold limit LaneFull is raised (the caller's rollback stores nothing).
     """
     settings = settings or get_settings()
     labels = resolve_labels(settings, tasks, labels)
@@ -116,7 +115,7 @@ def store_job(
         raise InputError("the job has no items")
     # On this transaction's connection: one per job stored, whatever the burst.
     routing = choose_routing(settings, account.type, staged.count, session)
-    held = admit(session, settings, routing.lane, staged.count)
+    admit(session, settings, routing.lane, staged.count)
     try:
         job = create_job(
             session,
@@ -128,14 +127,14 @@ def store_job(
             chunks=plan_chunks(staged.count, settings.chunk_size),
             chunk_size=settings.chunk_size,
             source=source,
-            held=held,
+            held=True,
             routing=routing.as_dict(),
         )
     except DuplicateItem as dup:
         raise InputError(
             f"{items.at(dup.place)}: duplicate id {dup.item_id!r} (first at {items.at(dup.first)})"
         ) from None
-    return job, chunk_refs(session, job.id)
+    return job
 
 
 def submit_job(
@@ -147,26 +146,21 @@ def submit_job(
     source: str = "api",
     settings: Settings | None = None,
 ) -> Job:
-    """Store the job and its items, then send its chord once the rows are committed."""
+    """Store the job and its items; once the rows are committed, its lane's free slots
+    go to waiting chunks by fair share."""
     settings = settings or get_settings()
     if not isinstance(items, ItemStream):
         items = item_stream(items)
     with session_factory(settings)() as session:
-        job, chunks = store_job(
+        job = store_job(
             session, account, items, tasks=tasks, labels=labels, source=source, settings=settings
         )
-        after_commit(session, lambda: send_job(job, chunks))
+        after_commit(session, lambda: send_job(job, settings))
         session.commit()
     return job
 
 
-def send_job(job: Job, chunks: Sequence[ChunkRef]) -> None:
-    """After the commit: send a job's chord, unless it is held. Should the broker be away,
-    the job stays stored with its chunks queued and no message, which is what the
-    reconciler re-sends once LANEWAY_RECONCILE_INTERVAL passes."""
-    if job.status == "held":
-        return
-    try:
-        dispatch_job(str(job.id), job.lane, chunks)
-    except Exception as exc:  # noqa: BLE001 - the job is stored; the reconciler sends it
-        log.warning("job %s stored but not sent (%s); the reconciler will send it", job.id, exc)
+def send_job(job: Job, settings: Settings) -> None:
+    """After the commit: top the job's lane up. Should the broker or Postgres be away,
+    the job stays stored with its chunks held, which the reconciler's next round sends."""
+    fairshare.safe_refill(settings, job.lane)

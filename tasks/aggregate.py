@@ -1,4 +1,6 @@
-"""The chord callback: totals, label counts and timings into the job, and its final status."""
+"""The chord callback of releases that sent a job's chunks as one chord: kept registered so
+that such a message, still queued across an upgrade, settles its job rather than failing
+as an unknown task. Jobs are now settled by their last chunk, or by the reconciler."""
 
 from __future__ import annotations
 
@@ -14,8 +16,6 @@ from jobs.lifecycle import settle
 
 @shared_task(name="laneway.aggregate_job", base=LanewayTask)
 def aggregate_job(job_id: str) -> dict[str, Any]:
-    # Usually a no-op by now: the job's last chunk settles it as it finishes. The callback
-    # still counts when that chunk's worker died between its commit and its settle.
     tracing.set_attributes(job=job_id)
     status = settle(uuid.UUID(job_id), app_settings())
     return {"job": job_id, "status": status, "finalized": status is not None}

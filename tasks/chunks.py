@@ -41,7 +41,7 @@ from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun
 from jobs import chunks
 from jobs.chunks import Work
-from jobs.lifecycle import cancel_key, settle
+from jobs.lifecycle import cancel_key, chunk_ended
 from workers.cores import CoreShare, StepAside, busy_key
 from workers.devices import model_device
 from workers.model_host import get_pipeline
@@ -57,12 +57,12 @@ def _cache(work: Work) -> ResultCache:
 
 
 def _claim(hostname: str | None, chunk_id: int, stage: str) -> Work | None:
-    """Claim the chunk for `stage` on this worker process (jobs/chunks.claim), settling
-    its job when the claim ended the chunk; None when there is nothing to run."""
+    """Claim the chunk for `stage` on this worker process (jobs/chunks.claim); when the
+    claim ended the chunk, settle its job and give its slot on. None: nothing to run."""
     settings = app_settings()
     claimed = chunks.claim(settings, chunk_id, stage, hostname=hostname, instance=instance_id())
     if claimed.settle is not None:
-        settle(claimed.settle, settings)
+        chunk_ended(claimed.settle, claimed.lane, settings)
     return claimed.work
 
 
@@ -101,18 +101,19 @@ def _finish(
     **fields: Any,
 ) -> dict[str, Any]:
     """Record the chunk's outcome (jobs/chunks.finish), then finalize the job if this was
-    its last open chunk; a copy of a chunk that already finished changes nothing."""
+    its last open chunk and give the chunk's slot on its lane to a waiting one; a copy of
+    a chunk that already finished changes nothing."""
     settings = app_settings()
     outcome = chunks.finish(settings, work, outputs, failures, **fields)
     if not outcome.get("skipped"):
-        settle(work.job_id, settings)
+        chunk_ended(work.job_id, work.lane, settings)
     return outcome
 
 
 def _cancelled(work: Work) -> dict[str, Any]:
     settings = app_settings()
     chunks.cancel(settings, work.chunk_id)
-    settle(work.job_id, settings)
+    chunk_ended(work.job_id, work.lane, settings)
     return {"chunk": work.chunk_id, "cancelled": True}
 
 

@@ -2,9 +2,10 @@
 
 Postgres says what should be happening; the broker and the worker heartbeats say what is.
 Where they disagree, Postgres wins: a chunk whose message was lost is sent again, a chunk
-whose worker died goes back to its lane, a job whose chord callback never ran is finalized,
-held jobs go out when their lane has room. Safe beside live workers and a second beat:
-chunk rows are taken with FOR UPDATE SKIP LOCKED, finalization is a conditional update.
+whose worker died goes back to its lane, a job whose last chunk's settle never ran is
+finalized, and each lane's free slots go to waiting chunks (a refill nobody lived to
+make). Safe beside live workers and a second beat: chunk rows are taken with FOR UPDATE
+SKIP LOCKED, finalization is a conditional update, refills of a lane take turns.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from db import idempotency
 from db.common import UNSETTLED_CHUNK_STATES, aware, utcnow
 from db.models import Chunk, Job, Worker
 from db.session import after_commit, session_scope
-from jobs import chunks
+from jobs import chunks, fairshare
 from jobs.lanes import alive_workers
-from jobs.lifecycle import release_held_jobs, settle
+from jobs.lifecycle import settle
 from jobs.outbox import resend_lost_outbox
 from workers.registry import HEARTBEAT_LOST
 
@@ -148,8 +149,8 @@ def recover_chunks(
 
 
 def finalize_orphaned_jobs(settings: Settings | None = None) -> list[str]:
-    """Finalize jobs whose chunks have all ended but which nobody finalized (their chord
-    callback was lost with Redis, or their last chunk was a re-sent one)."""
+    """Finalize jobs whose chunks have all ended but which nobody finalized (the worker
+    of their last chunk died between its commit and its settle)."""
     settings = settings or app_settings()
     unsettled = exists().where(Chunk.job_id == Job.id, Chunk.state.in_(UNSETTLED_CHUNK_STATES))
     with session_scope(settings) as session:
@@ -185,7 +186,7 @@ def reconcile(emptied_at: float | None = None) -> dict[str, Any]:
         **chunks,
         "dead_workers": dead,
         "finalized": finalize_orphaned_jobs(settings),
-        "released": release_held_jobs(settings),
+        "released": fairshare.refill_all(settings),
         "depth": depth_alerts(settings),
         "outbox": resend_lost_outbox(settings),
     }

@@ -145,11 +145,21 @@ class Settings(BaseSettings):
     chunk_retries: Natural = 2
     max_chunk_attempts: Count = 3
     worker_heartbeat: Count = 5
-    # Backpressure: a lane holds new jobs while its depth (queued + reserved + running
-    # messages) is at this many; past hold_limit held items per lane the API answers 503.
+    # Fair share (jobs/fairshare.py): each lane keeps window_per_worker chunks in flight
+    # (queued in the broker or running) per worker process serving it, at least
+    # min_window, at most lane_limit; the rest wait in Postgres, and each free slot goes to
+    # the waiting account with the lowest pass (items given / weight). Weights by account
+    # type; an account's own `share_weight` overrides its type's. Past hold_limit waiting
+    # items on a lane the API answers 503.
+    window_per_worker: Count = 2
+    min_window: Count = 4
     lane_limit_cpu: Count = 2000
     lane_limit_gpu: Count = 2000
     hold_limit: Natural = 2_000_000
+    share_weight_demo: Count = 1
+    share_weight_trial: Count = 1
+    share_weight_standard: Count = 2
+    share_weight_enterprise: Count = 4
     alert_webhook_url: Annotated[
         str, parse.parsed(parse.webhook_url("LANEWAY_ALERT_WEBHOOK_URL"))
     ] = Field(default="", repr=False)
@@ -459,6 +469,10 @@ class Settings(BaseSettings):
 
     def lane_limit(self, lane: str) -> int:
         return self.lane_limit_gpu if lane == "gpu" else self.lane_limit_cpu
+
+    def share_weight(self, account_type: str) -> int:
+        """An account type's weight in its lanes' fair share."""
+        return int(getattr(self, f"share_weight_{account_type}", 1))
 
     @property
     def beat_stops_gpu_workers(self) -> bool:

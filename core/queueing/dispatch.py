@@ -1,4 +1,6 @@
-"""Send a job's work: a chord of chunk tasks on the lane's queue, then the aggregate callback.
+"""Send chunks to their lane: each chunk's task (the cpu lane) or chain of stage tasks (the
+gpu lane). Which chunks, and when, is fair share's choice (jobs/fairshare.py); a job is
+finalized by its last chunk's settle, or by the reconciler, so no chord counts chunks.
 
 Tasks are named, not imported: a web process sends chunks without importing torch. They go
 through the Celery app the process's entry room built (core.queueing.celery_app.sending_app).
@@ -9,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from celery import chain, chord, signature
+from celery import chain, signature
 
 from core.config.settings import Settings, get_settings
 from core.queueing.celery_app import app_settings, chunk_time_limits, sending_app
@@ -62,18 +64,9 @@ def chunk_signature(chunk: Any, lane: str, settings: Settings | None = None, app
     return sigs[0] if len(sigs) == 1 else chain(*sigs, app=app)
 
 
-def dispatch_job(job_id: str, lane: str, chunks: Sequence[Any]) -> None:
-    """Call only after the job's rows have committed: workers read them at once."""
-    app = sending_app()
-    settings = app_settings()
-    header = [chunk_signature(c, lane, settings, app) for c in chunks]
-    callback = signature("laneway.aggregate_job", args=(job_id,), immutable=True, app=app)
-    with fire_and_forget():  # nobody here waits on the result backend: Postgres is the truth
-        chord(header, app=app)(callback)
-
-
 def send_chunks(chunks: Sequence[tuple[Any, str]]) -> None:
-    """Send chunks on their own (no chord): the reconciler's re-sends and split halves."""
+    """Send (chunk, lane) pairs: slots given by fair share, the reconciler's re-sends,
+    split halves."""
     app = sending_app()
     settings = app_settings()
     with fire_and_forget():

@@ -8,24 +8,15 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _services(services, settings) -> None:
+def _services(services, settings, migrated) -> None:
     """Every test here stands on the run's database and Redis index, asked for or not, and
-    starts with the lanes' queues empty: no worker consumes what these tests send, so the
-    messages earlier tests left would otherwise add up past a lane's limit and hold the next
-    test's jobs, by the order the tests happen to run in (which pytest-xdist's workers
-    change)."""
-    from tests.broker import empty_queues
-
-    empty_queues(settings, unacked=True)
-
-
-@pytest.fixture
-def quiet_run(settings, migrated) -> None:
-    """No job left open by earlier files in this run, for the modules that use it: one held
-    job on a lane holds every later job there, and no worker runs in these tests to end it."""
+    starts quiet: no job open, the queues empty. No worker ends the jobs these tests store,
+    so the chunks earlier tests left in flight would otherwise fill the lanes' windows (fair
+    share sends a lane only a few chunks at a time) and keep the next test's chunks
+    waiting, by the order the tests happen to run in (which pytest-xdist's workers change)."""
     from tests.broker import quiesce
 
-    quiesce(settings)
+    quiesce(settings, unacked=True)
 
 
 def auth(key: str) -> dict[str, str]:

@@ -309,43 +309,42 @@ def test_retry_and_dead_letters_of_a_job_without_any(client, account_factory):
     assert client.get(job["links"]["dead_letters"], headers=auth(other_key)).status_code == 404
 
 
-@pytest.fixture
-def full_cpu_lane(settings):
-    """A cpu lane at its limit of one message: a stand-in message sits in its queue."""
-    r = redis.Redis.from_url(settings.redis_url)
-    marker = json.dumps({"headers": {"id": f"filler-{uuid.uuid4()}", "task": "none"}})
-    r.lpush("cpu", marker)
-    yield
-    r.lrem("cpu", 0, marker)
-
-
-def test_a_full_lane_holds_new_jobs_and_past_the_hold_limit_answers_503(
-    settings, migrated, account_factory, full_cpu_lane
-):
+def test_jobs_wait_for_a_slot_and_past_the_hold_limit_answer_503(settings, account_factory):
     from webapp import create_app
 
     _, key = account_factory("trial")
-    held_app = create_app(settings.replace(lane_limit_cpu=1, hold_limit=10, reconcile_interval=40))
-    response = held_app.test_client().post("/v1/jobs", json={"items": ITEMS}, headers=auth(key))
-    assert response.status_code == 202 and response.json["status"] == "held"
-    with session_scope(settings) as session:
-        chunk = session.query(Chunk).filter_by(job_id=uuid.UUID(response.json["id"])).one()
-        assert chunk.state == "held"
-        held_task = chunk.task_id
-    waiting = [
+    # One chunk in flight on the cpu lane at most: the first job's takes the slot.
+    tight = create_app(settings.replace(lane_limit_cpu=1, hold_limit=10, reconcile_interval=40))
+    client = tight.test_client()
+    first = client.post("/v1/jobs", json={"items": ITEMS}, headers=auth(key))
+    second = client.post("/v1/jobs", json={"items": ITEMS}, headers=auth(key))
+    assert first.status_code == second.status_code == 202
+    assert first.json["status"] == second.json["status"] == "queued"
+    waiting = {
         json.loads(m)["headers"]["id"]
         for m in redis.Redis.from_url(settings.redis_url).lrange("cpu", 0, -1)
-    ]
-    assert held_task not in waiting  # nothing is sent while the job is held
+    }
+    with session_scope(settings) as session:
+        sent, held = (
+            session.query(Chunk).filter_by(job_id=uuid.UUID(r.json["id"])).one()
+            for r in (first, second)
+        )
+        assert (sent.state, held.state) == ("queued", "held")
+        assert sent.task_id in waiting and held.task_id not in waiting  # held: not sent
 
-    # Ten items may wait: nine more beside the two held are refused, and not stored.
+    # Ten items may wait: nine more beside the two waiting are refused, and not stored.
     too_many = [{"id": str(i), "text": f"text {i}"} for i in range(9)]
-    refused = held_app.test_client().post("/v1/jobs", json={"items": too_many}, headers=auth(key))
+    refused = client.post("/v1/jobs", json={"items": too_many}, headers=auth(key))
     assert refused.status_code == 503
     assert refused.json["error"] == "lane_full" and "the cpu lane" in refused.json["message"]
     # Two reconciler rounds (80 s); Flask-Limiter re-renders it, whole seconds from now.
     assert 79 <= int(refused.headers["Retry-After"]) <= 80
-    held_app.test_client().delete(response.json["links"]["self"], headers=auth(key))
+    # Eight fit.
+    assert (
+        client.post("/v1/jobs", json={"items": too_many[:8]}, headers=auth(key)).status_code == 202
+    )
+    for response in (first, second):
+        client.delete(response.json["links"]["self"], headers=auth(key))
 
 
 def test_lanes_count_delivered_messages_and_keda_reads_the_gpu_depth(client, settings):

@@ -17,9 +17,6 @@ from fleet.cli.common import LOG_LEVEL_ENV
 from tests.e2e.procs import BIN
 from tests.integration.conftest import store_results
 
-pytestmark = pytest.mark.usefixtures("quiet_run")
-
-
 CSV = "id,text\na,my card was charged twice\nb,the parcel never came\n"
 
 

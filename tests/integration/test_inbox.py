@@ -20,8 +20,6 @@ from db.session import session_scope
 from jobs.inbox import WORKING, scan_inbox
 from tests.e2e.procs import BIN, wait_for
 
-pytestmark = pytest.mark.usefixtures("quiet_run")
-
 
 def lines_csv(n: int, prefix: str = "r") -> bytes:
     rows = "".join(f'{prefix}{i},"message number {i}, about a late parcel"\n' for i in range(n))

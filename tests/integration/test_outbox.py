@@ -28,8 +28,6 @@ from jobs.outbox import notify_webhook, resend_lost_outbox, send_outbox, write_o
 from tasks.inbox import write_outbox_task
 from tests.receiver import Receiver
 
-pytestmark = pytest.mark.usefixtures("quiet_run")
-
 
 @pytest.fixture
 def s(tmp_path, migrated) -> Settings:

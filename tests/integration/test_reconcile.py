@@ -11,14 +11,14 @@ from datetime import timedelta
 
 import pytest
 import redis
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from core.queueing.broker import UNACKED, UNACKED_INDEX
 from db.common import utcnow
 from db.models import Chunk, DeadLetter, Job, JobEvent, Result, Worker
 from db.session import session_scope
 from jobs.chunks import attempt_limit
-from jobs.lifecycle import cancel_job, release_held_jobs
+from jobs.lifecycle import cancel_job
 from tasks.maintenance import finalize_orphaned_jobs, mark_dead_workers, recover_chunks
 from tests.broker import empty_queues
 from tests.factories import stored_job
@@ -303,27 +303,3 @@ def test_two_reconcilers_at_once_send_each_lost_chunk_once(settings, migrated, b
     assert len(sent) == len(set(sent))  # no chunk sent by both
     assert set(chunk_ids) <= set(sent)
     assert broker.llen("cpu") == len(sent)
-
-
-def test_held_jobs_are_released_oldest_first_when_the_lane_has_room(settings, migrated, broker):
-    tight = settings.replace(lane_limit_cpu=2)
-    first, first_chunks = make_job(settings, n_items=4, chunk_size=2, held=True)
-    second, _ = make_job(settings, n_items=2, chunk_size=2, held=True)
-    for _ in range(2):
-        push_message(broker, str(uuid.uuid4()))  # the lane is full
-    assert release_held_jobs(tight) == []
-    broker.delete("cpu")
-    # Room for one job: the oldest goes first, and the second waits (2 + 2 >= 2).
-    assert release_held_jobs(tight) == [str(first)]
-    with session_scope(settings) as session:
-        assert session.get(Job, first).status == "queued"
-        assert session.get(Job, second).status == "held"
-        states = session.scalars(select(Chunk.state).where(Chunk.job_id == first)).all()
-        assert states == ["queued", "queued"]
-        assert (
-            session.scalar(
-                select(func.count()).where(JobEvent.job_id == first, JobEvent.kind == "released")
-            )
-            == 1
-        )
-    assert {get_chunk(settings, c).task_id for c in first_chunks} <= waiting_ids(broker)

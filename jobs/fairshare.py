@@ -1,0 +1,293 @@
+"""Fair share: which waiting chunks get a lane's free slots.
+
+Every chunk of a job is stored `held`: in Postgres, with no broker message. Each lane
+keeps a *window* of chunks in flight (queued in the broker or running): a few per worker
+process serving it (`LANEWAY_WINDOW_PER_WORKER`, at least `LANEWAY_MIN_WINDOW`, at most
+`LANEWAY_LANE_LIMIT_<LANE>`), enough that a worker always finds its next chunk waiting, few
+enough that a job submitted now waits behind a handful of chunks, not behind another
+account's million items. `refill` tops the window up whenever room may have freed or work
+arrived: after a job is stored, after each chunk ends, and in every reconciler round.
+
+Which account gets a free slot is start-time fair queuing (Goyal, Vin and Cheng, 1996),
+the rule behind weighted fair queuing and SLURM's and Kueue's fair sharing by weight:
+each account has a *pass* on each lane, the items the lane gave it, each divided by the
+account's weight when given. The waiting account with the lowest pass gets the next slot,
+and its pass grows by that chunk's items over its weight, so accounts that keep work
+waiting get items in proportion to their weights, and an account alone gets every slot.
+The lane keeps a clock, the pass at which its last given chunk started; an account that
+arrives (or comes back) starts there: it gets no credit for time it did not wait, and
+goes before the next chunk of an account already being served.
+Within an account, its oldest job goes first.
+
+A window rather than the broker's priorities: a priority orders messages already sent,
+so a job sent whole still holds the broker, the web process that sends it and the
+reconciler's view for its whole size, and weights cannot be expressed at all; the window
+keeps what is sent bounded, whatever the jobs' sizes.
+
+Refills of one lane take turns on a Postgres advisory lock held to their commit (rule 0
+of jobs/chunks.py's lock order), so two never read the same free slots; each takes only
+held chunks, `SKIP LOCKED`, and nothing holds a chunk while waiting for the lane's lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from core.config.settings import Settings
+from core.queueing.dispatch import send_chunks
+from core.vocab import LANES
+from db import common
+from db.common import utcnow
+from db.intake import ChunkRef
+from db.models import Account, Chunk, Job, LaneClock, LaneShare
+from db.session import after_commit, session_scope
+from jobs import chunks
+
+log = logging.getLogger(__name__)
+
+IN_FLIGHT = ("queued", "running")
+# Jobs whose held chunks may be given slots (a cancelling job's are being cancelled).
+SERVED_JOB_STATUSES = ("queued", "running")
+# pg_advisory_xact_lock keys, one per lane: refills of a lane take turns.
+LANE_LOCK = {"cpu": 0x4C4E5301, "gpu": 0x4C4E5302}
+# How far back a lane's recent throughput is read for the estimates.
+RATE_WINDOW = timedelta(minutes=5)
+
+
+def chunk_items(chunk: Chunk | Any) -> int:
+    """Items a chunk holds: the positions it names, else its range."""
+    return len(chunk.positions) if chunk.positions is not None else chunk.stop - chunk.start
+
+
+# --- the pure rule --------------------------------------------------------------------
+
+
+@dataclass
+class Standing:
+    """One account's standing on a lane, as a refill sees it."""
+
+    account_id: int
+    weight: float
+    passed: float  # its stored pass (0 when it was never served)
+    in_flight_items: int = 0
+    # Its jobs with held chunks, oldest first: [job id, held chunks, items per chunk].
+    jobs: list[list[Any]] = field(default_factory=list)
+
+
+@dataclass
+class Allocation:
+    picks: list[uuid.UUID]  # the jobs the next chunks come from, in order
+    start: dict[int, float]  # each account's pass raised to the clock, before its picks
+    clock: float  # the lane's clock after these picks
+
+
+def allocate(accounts: list[Standing], slots: int, clock: float) -> Allocation:
+    """Give up to `slots` chunks: each to the waiting account with the lowest pass (a tie
+    to the one with less in flight, then the lower id), its pass growing by the chunk's
+    items over its weight. `clock` is the pass at which the lane's last given chunk
+    started: an account whose pass is behind it (new, or back from idle) starts there."""
+    start = {a.account_id: max(a.passed, clock) for a in accounts}
+    passes = dict(start)
+    queues = {a.account_id: [list(j) for j in a.jobs if j[1] > 0] for a in accounts}
+    picks: list[uuid.UUID] = []
+    for _ in range(slots):
+        waiting = [a for a in accounts if queues[a.account_id]]
+        if not waiting:
+            break
+        chosen = min(waiting, key=lambda a: (passes[a.account_id], a.in_flight_items, a.account_id))
+        job = queues[chosen.account_id][0]
+        picks.append(job[0])
+        clock = max(clock, passes[chosen.account_id])
+        passes[chosen.account_id] += job[2] / chosen.weight
+        chosen.in_flight_items += job[2]
+        job[1] -= 1
+        if job[1] == 0:
+            queues[chosen.account_id].pop(0)
+    return Allocation(picks, start, clock)
+
+
+def window(settings: Settings, lane: str, workers: int) -> int:
+    """Chunks a lane keeps in flight: `window_per_worker` per worker process serving it,
+    at least `min_window` (so that a lane with no worker yet shows waiting work, which
+    starts gpu workers), at most the lane's limit."""
+    wanted = max(settings.min_window, settings.window_per_worker * workers)
+    return min(wanted, settings.lane_limit(lane))
+
+
+def serving(workers: list[Any], lane: str) -> int:
+    """Worker processes that run some stage of the lane's chunks: the cpu lane's on cpu
+    workers; the gpu lane's model stage on gpu workers, its pre- and post-processing on
+    cpu workers."""
+    queues = {"cpu": ("cpu",), "gpu": ("gpu", "cpu")}[lane]
+    return sum(any(q in w.queues for q in queues) for w in workers)
+
+
+# --- reading a lane ------------------------------------------------------------------
+
+
+def _in_flight(session: Session, lane: str) -> dict[int, tuple[int, int]]:
+    """Per account: (chunks, items) in flight on the lane."""
+    items = func.sum(Chunk.stop - Chunk.start)
+    rows = session.execute(
+        select(Job.account_id, func.count(), items)
+        .join(Job, Job.id == Chunk.job_id)
+        .where(Chunk.queue == lane, Chunk.state.in_(IN_FLIGHT))
+        .group_by(Job.account_id)
+    ).all()
+    return {account: (n, int(total or 0)) for account, n, total in rows}
+
+
+def _waiting(session: Session, lane: str) -> list[Any]:
+    """The lane's jobs with held chunks: (job id, account, created, chunk size, status,
+    held chunks, held items), oldest first."""
+    held = (
+        select(
+            Chunk.job_id,
+            func.count().label("n"),
+            func.sum(Chunk.stop - Chunk.start).label("held_items"),
+        )
+        .where(Chunk.queue == lane, Chunk.state == "held")
+        .group_by(Chunk.job_id)
+        .subquery()
+    )
+    return list(
+        session.execute(
+            select(
+                Job.id,
+                Job.account_id,
+                Job.created_at,
+                Job.chunk_size,
+                Job.status,
+                held.c.n,
+                held.c.held_items,
+            )
+            .join(held, held.c.job_id == Job.id)
+            .order_by(Job.created_at, Job.id)
+        ).all()
+    )
+
+
+def _standings(
+    session: Session, settings: Settings, lane: str, account_ids: set[int]
+) -> dict[int, Standing]:
+    """Each account's weight and stored pass on the lane."""
+    if not account_ids:
+        return {}
+    passes = dict(
+        session.execute(
+            select(LaneShare.account_id, LaneShare.pass_).where(
+                LaneShare.lane == lane, LaneShare.account_id.in_(account_ids)
+            )
+        ).all()
+    )
+    rows = session.execute(
+        select(Account.id, Account.type, Account.share_weight).where(Account.id.in_(account_ids))
+    ).all()
+    return {
+        aid: Standing(aid, own or settings.share_weight(kind), float(passes.get(aid, 0.0)))
+        for aid, kind, own in rows
+    }
+
+
+def waiting_items(session: Session, lane: str) -> int:
+    """Items waiting for a slot on the lane (held chunks): what the hold limit bounds."""
+    return int(
+        session.scalar(
+            select(func.coalesce(func.sum(Chunk.stop - Chunk.start), 0)).where(
+                Chunk.queue == lane, Chunk.state == "held"
+            )
+        )
+        or 0
+    )
+
+
+# --- refilling a lane ------------------------------------------------------------------
+
+
+def _lock_lane(session: Session, lane: str) -> None:
+    if session.connection().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LANE_LOCK[lane]})
+
+
+def _upsert(session: Session, table: Any, keys: list[str], rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    dialect = session.connection().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    stmt = dialect_insert(table.__table__)  # the table's: rows are keyed by column name
+    changed = {c.name: stmt.excluded[c.name] for c in table.__table__.columns if c.name not in keys}
+    session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=changed), rows)
+
+
+def _clock(session: Session, lane: str) -> float:
+    return float(session.scalar(select(LaneClock.clock).where(LaneClock.lane == lane)) or 0.0)
+
+
+def refill(settings: Settings, lane: str) -> int:
+    """Give the lane's free slots to waiting chunks by fair share; send them after the
+    commit. Returns how many were given."""
+    with session_scope(settings) as session:
+        _lock_lane(session, lane)
+        workers = common.alive_workers(session, settings.worker_dead_after)
+        flying = _in_flight(session, lane)
+        free = window(settings, lane, serving(workers, lane)) - sum(n for n, _ in flying.values())
+        if free <= 0:
+            return 0
+        jobs = [row for row in _waiting(session, lane) if row.status in SERVED_JOB_STATUSES]
+        if not jobs:
+            return 0
+        accounts = _standings(
+            session, settings, lane, {row.account_id for row in jobs} | set(flying)
+        )
+        for aid, (_, items) in flying.items():
+            accounts[aid].in_flight_items = items
+        for row in jobs:
+            accounts[row.account_id].jobs.append([row.id, row.n, row.chunk_size])
+        given_out = allocate(list(accounts.values()), free, _clock(session, lane))
+        wanted: dict[uuid.UUID, int] = defaultdict(int)
+        for job_id in given_out.picks:
+            wanted[job_id] += 1
+        owner = {row.id: row.account_id for row in jobs}
+        given: dict[int, int] = defaultdict(int)
+        refs: list[tuple[ChunkRef, str]] = []
+        now = utcnow()
+        for job_id, n in wanted.items():
+            for chunk in chunks.release(session, job_id, n, now):
+                given[owner[job_id]] += chunk_items(chunk)
+                refs.append((ChunkRef(chunk.id, chunk.task_id, chunk.stage), lane))
+        start = given_out.start
+        passes = [
+            {"lane": lane, "account_id": a, "pass": start[a] + items / accounts[a].weight}
+            for a, items in sorted(given.items())
+        ]
+        _upsert(session, LaneShare, ["lane", "account_id"], passes)
+        clock = [{"lane": lane, "clock": given_out.clock}]
+        _upsert(session, LaneClock, ["lane"], clock)
+        after_commit(session, lambda: send_chunks(refs))
+    return len(refs)
+
+
+def refill_all(settings: Settings) -> dict[str, int]:
+    """Every lane topped up: the reconciler's round, and a safety net for any refill that
+    a process did not live to make."""
+    return {lane: refill(settings, lane) for lane in LANES}
+
+
+def safe_refill(settings: Settings, lane: str) -> None:
+    """A refill after an event (a job stored, a chunk ended) that must not fail the event:
+    should Postgres or the broker be away, the reconciler's next round refills."""
+    try:
+        refill(settings, lane)
+    except Exception as exc:  # noqa: BLE001 - the work is stored; the reconciler sends it
+        log.warning("the %s lane was not refilled (%s); the reconciler will", lane, exc)
