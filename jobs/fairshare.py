@@ -80,6 +80,8 @@ class Standing:
     in_flight_items: int = 0
     # Its jobs with held chunks, oldest first: [job id, held chunks, items per chunk].
     jobs: list[list[Any]] = field(default_factory=list)
+    name: str = ""
+    type: str = ""
 
 
 @dataclass
@@ -189,11 +191,19 @@ def _standings(
         ).all()
     )
     rows = session.execute(
-        select(Account.id, Account.type, Account.share_weight).where(Account.id.in_(account_ids))
+        select(Account.id, Account.name, Account.type, Account.share_weight).where(
+            Account.id.in_(account_ids)
+        )
     ).all()
     return {
-        aid: Standing(aid, own or settings.share_weight(kind), float(passes.get(aid, 0.0)))
-        for aid, kind, own in rows
+        aid: Standing(
+            aid,
+            own or settings.share_weight(kind),
+            float(passes.get(aid, 0.0)),
+            name=name,
+            type=kind,
+        )
+        for aid, name, kind, own in rows
     }
 
 
@@ -207,6 +217,144 @@ def waiting_items(session: Session, lane: str) -> int:
         )
         or 0
     )
+
+
+# --- what a lane shows ------------------------------------------------------------------
+
+
+@dataclass
+class Share:
+    """One account's part of a lane now."""
+
+    account_id: int
+    name: str
+    type: str
+    weight: float
+    in_flight_items: int
+    waiting_items: int
+    share: float  # its weight over the weights of every account with work on the lane
+
+
+@dataclass
+class LaneBoard:
+    """A lane's fair share as it stands: who has work there, and how fast it moves."""
+
+    lane: str
+    window: int
+    in_flight_chunks: int
+    accounts: list[Share]
+    items_per_second: float | None  # the lane's recent throughput; None: nothing ended lately
+
+    @property
+    def in_flight_items(self) -> int:
+        return sum(a.in_flight_items for a in self.accounts)
+
+    @property
+    def waiting_items(self) -> int:
+        return sum(a.waiting_items for a in self.accounts)
+
+    def by_type(self) -> dict[str, dict[str, float]]:
+        """Per account type: items in flight and waiting, and the type's share of the lane."""
+        types: dict[str, dict[str, float]] = {}
+        for a in self.accounts:
+            row = types.setdefault(a.type, {"in_flight_items": 0, "waiting_items": 0, "share": 0.0})
+            row["in_flight_items"] += a.in_flight_items
+            row["waiting_items"] += a.waiting_items
+            row["share"] += a.share
+        return types
+
+    def of(self, account_id: int) -> Share | None:
+        return next((a for a in self.accounts if a.account_id == account_id), None)
+
+
+def recent_rate(session: Session, lane: str) -> float | None:
+    """Items per second the lane finished over its chunks of the last few minutes."""
+    since = utcnow() - RATE_WINDOW
+    items, first, last = session.execute(
+        select(
+            func.sum(Chunk.stop - Chunk.start),
+            func.min(Chunk.started_at),
+            func.max(Chunk.finished_at),
+        ).where(Chunk.queue == lane, Chunk.state == "done", Chunk.finished_at >= since)
+    ).one()
+    first, last = common.aware(first), common.aware(last)
+    if not items or first is None or last is None or last <= first:
+        return None
+    return items / (last - first).total_seconds()
+
+
+def lane_board(session: Session, settings: Settings, lane: str) -> LaneBoard:
+    """The lane's window, and each account with work on it: in flight, waiting, share."""
+    workers = common.alive_workers(session, settings.worker_dead_after)
+    flying = _in_flight(session, lane)
+    waiting: dict[int, int] = defaultdict(int)
+    for row in _waiting(session, lane):
+        if row.status in SERVED_JOB_STATUSES:
+            waiting[row.account_id] += int(row.held_items or 0)
+    ids = set(flying) | set(waiting)
+    standings = _standings(session, settings, lane, ids)
+    total_weight = sum(standings[a].weight for a in ids) or 1.0
+    accounts = [
+        Share(
+            account_id=a,
+            name=standings[a].name,
+            type=standings[a].type,
+            weight=standings[a].weight,
+            in_flight_items=flying.get(a, (0, 0))[1],
+            waiting_items=waiting.get(a, 0),
+            share=standings[a].weight / total_weight,
+        )
+        for a in sorted(ids)
+    ]
+    return LaneBoard(
+        lane=lane,
+        window=window(settings, lane, serving(workers, lane)),
+        in_flight_chunks=sum(n for n, _ in flying.values()),
+        accounts=accounts,
+        items_per_second=recent_rate(session, lane),
+    )
+
+
+def job_place(session: Session, settings: Settings, job: Job) -> dict[str, Any] | None:
+    """Where a job with chunks still waiting stands on its lane: its waiting chunks, the
+    chunks ahead of its next one (the lane's in flight, and its account's older jobs'
+    waiting ones), its account's share, and estimates of its start (None once started)
+    and end from the lane's recent throughput. None when none of its chunks waits."""
+    mine = session.execute(
+        select(func.count(), func.coalesce(func.sum(Chunk.stop - Chunk.start), 0)).where(
+            Chunk.job_id == job.id, Chunk.state == "held"
+        )
+    ).one()
+    if not mine[0] or job.status not in SERVED_JOB_STATUSES:
+        return None
+    board = lane_board(session, settings, job.lane)
+    older = [
+        row
+        for row in _waiting(session, job.lane)
+        if row.account_id == job.account_id
+        and (row.created_at, str(row.id)) < (job.created_at, str(job.id))
+    ]
+    own_ahead_items = sum(int(r.held_items or 0) for r in older)
+    share = board.of(job.account_id)
+    fraction = share.share if share else 1.0
+    rate = board.items_per_second
+    now = utcnow()
+    start = end = None
+    if rate:
+        account_rate = rate * fraction
+        begins = board.in_flight_items / rate + own_ahead_items / account_rate
+        open_items = job.total_items - job.succeeded_items - job.failed_items
+        start = None if job.started_at else now + timedelta(seconds=begins)
+        end = now + timedelta(seconds=begins + open_items / account_rate)
+    return {
+        "waiting_chunks": int(mine[0]),
+        "waiting_items": int(mine[1]),
+        "chunks_ahead": board.in_flight_chunks + sum(int(r.n) for r in older),
+        "share": round(fraction, 4),
+        "lane_items_per_second": round(rate, 1) if rate else None,
+        "estimated_start": start.isoformat() if start else None,
+        "estimated_end": end.isoformat() if end else None,
+    }
 
 
 # --- refilling a lane ------------------------------------------------------------------

@@ -8,6 +8,7 @@ import json
 import threading
 import uuid
 from collections import Counter
+from datetime import timedelta
 
 import redis
 from sqlalchemy import select
@@ -65,6 +66,7 @@ def finish_in_flight(settings) -> Counter:
         with session_scope(settings) as session:
             row = session.get(Chunk, chunk.id)
             row.state, row.finished_at = "done", utcnow()
+            row.started_at = row.finished_at - timedelta(seconds=1)
         ended[chunk.job_id] += 1
     return ended
 
@@ -215,3 +217,29 @@ def test_every_lane_is_refilled_by_the_reconcilers_round(settings):
         assert (first.state, first.stage) == ("queued", "prep")  # its first stage, on cpu
     assert first.task_id + "-prep" in sent_ids(settings, "cpu")
     assert uuid.UUID(str(cpu_job))
+
+
+def test_a_waiting_job_shows_its_place_and_the_lane_its_shares(settings):
+    big, _ = held_job(settings, 30, account_type="enterprise")
+    mine, _ = held_job(settings, 3, account_type="trial")
+    weighted = settings.replace(share_weight_enterprise=3, share_weight_trial=1)
+    fairshare.refill(weighted, "cpu")
+    finish_in_flight(settings)  # a recent throughput to estimate from
+    fairshare.refill(weighted, "cpu")
+    with session_scope(settings) as session:
+        board = fairshare.lane_board(session, weighted, "cpu")
+        assert board.window == settings.min_window and board.in_flight_chunks == 4
+        assert board.by_type()["enterprise"]["share"] == 0.75
+        assert board.by_type()["trial"]["share"] == 0.25
+        assert board.in_flight_items + board.waiting_items == (30 + 3 - 4) * 4
+        job = session.get(Job, big)
+        place = fairshare.job_place(session, weighted, job)
+    assert place["share"] == 0.75
+    assert place["chunks_ahead"] == 4  # the lane's in flight; no older job of its account
+    assert place["waiting_chunks"] == states(settings, big)["held"]
+    assert place["lane_items_per_second"] is not None
+    assert place["estimated_start"] < place["estimated_end"]
+    finish_in_flight(settings)
+    cancel_job(mine, settings)
+    with session_scope(settings) as session:
+        assert fairshare.job_place(session, weighted, session.get(Job, mine)) is None
