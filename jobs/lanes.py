@@ -17,10 +17,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from core.config.settings import Settings, get_settings
-from core.queueing.broker import BROKER_ERRORS, depths
 from core.store.redis_conn import redis_client
 from db import common
-from db.common import utcnow
+from db.common import UNSETTLED_CHUNK_STATES, utcnow
 from db.models import Chunk, Worker
 from db.session import session_scope
 from jobs.planner import LaneStats, LiveLanes
@@ -162,23 +161,23 @@ def fleet_gpu_devices(settings: Settings) -> int | None:
 
 
 def live_lanes(settings: Settings, session: Session) -> LiveLanes:
-    """Workers up now and each lane's waiting work (messages times the chunk size). The
-    workers are read on `session`, the caller's open transaction: a second connection from
-    the same pool, taken while the first is held, deadlocks the pool once as many callers
-    do it at once as it has connections (a burst of fallback jobs would wait out the pool's
-    timeout)."""
+    """Workers up now and each lane's work not yet done (its chunks in flight and those
+    waiting for a slot, from Postgres: the broker holds only a lane's window). Read on
+    `session`, the caller's open transaction: a second connection from the same pool,
+    taken while the first is held, deadlocks the pool once as many callers do it at once as
+    it has connections (a burst of fallback jobs would wait out the pool's timeout)."""
     workers = common.alive_workers(session, settings.worker_dead_after)
-    try:
-        backlog = {
-            lane: found["depth"] * settings.chunk_size
-            for lane, found in depths(settings, ("cpu", "gpu")).items()
-        }
-    except BROKER_ERRORS:
-        backlog = {"cpu": 0, "gpu": 0}
+    backlog = dict(
+        session.execute(
+            select(Chunk.queue, func.sum(Chunk.stop - Chunk.start))
+            .where(Chunk.state.in_(UNSETTLED_CHUNK_STATES))
+            .group_by(Chunk.queue)
+        ).all()
+    )
     return LiveLanes(
         cpu_workers=sum("cpu" in w.queues for w in workers),
         gpu_workers_up=sum("gpu" in w.queues for w in workers),
         gpu_devices=fleet_gpu_devices(settings),
-        cpu_backlog_items=backlog["cpu"],
-        gpu_backlog_items=backlog["gpu"],
+        cpu_backlog_items=int(backlog.get("cpu") or 0),
+        gpu_backlog_items=int(backlog.get("gpu") or 0),
     )

@@ -1,4 +1,4 @@
-"""A job's life after submission: settling, cancelling, holding and releasing, dead letters.
+"""A job's life after submission: settling, cancelling, admission, dead letters sent back.
 
 Shared by the chunk tasks, the reconciler, the web app and the CLI. Every change is made
 in one transaction, and any task it implies is sent only after that commit. The job's

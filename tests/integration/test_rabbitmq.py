@@ -79,7 +79,7 @@ def test_redis_coming_back_empty_sends_nothing_again_on_rabbitmq(rabbit):
     assert chunk_id not in recover_chunks(rabbit, emptied_at)["redispatched"]
 
 
-def test_gpu_work_waiting_on_rabbitmq_is_what_scaling_and_routing_read(rabbit):
+def test_gpu_work_waiting_on_rabbitmq_is_what_scaling_reads(rabbit):
     from db.session import session_scope
     from fleet.processes import gpu_depth_reader
     from jobs.lanes import live_lanes
@@ -87,9 +87,11 @@ def test_gpu_work_waiting_on_rabbitmq_is_what_scaling_and_routing_read(rabbit):
     gpu_depth = gpu_depth_reader(rabbit)
     assert gpu_depth() == 0
     _, (chunk_id,) = make_job(rabbit)
-    set_chunk(rabbit, chunk_id, stage="model")  # the gpu lane's model stage waits to run
-    send_chunks([(get_chunk(rabbit, chunk_id), "gpu")])
+    # The gpu lane's model stage waits to run.
+    set_chunk(rabbit, chunk_id, stage="model", queue="gpu")
+    chunk = get_chunk(rabbit, chunk_id)
+    send_chunks([(chunk, "gpu")])
     assert gpu_depth() == 1  # beat's scale-from-zero starts a gpu worker on this
     with session_scope(rabbit) as session:
-        lanes = live_lanes(rabbit, session)
-    assert (lanes.gpu_backlog_items, lanes.cpu_backlog_items) == (rabbit.chunk_size, 0)
+        lanes = live_lanes(rabbit, session)  # routing reads the work not done, in Postgres
+    assert (lanes.gpu_backlog_items, lanes.cpu_backlog_items) == (chunk.stop - chunk.start, 0)
