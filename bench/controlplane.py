@@ -1,8 +1,9 @@
 """The control plane's cost: the fleet around a model whose forward costs almost nothing.
 
 On a GPU the model runs tens of times faster than on these cores, and then what surrounds
-it (intake, claims, tokenization, result writes, the chord, settling, the web tier, the
-interactive protocol) decides throughput and cost. This benchmark measures that part alone.
+it (intake, claims, tokenization, result writes, fair share's refills, settling, the web
+tier, the interactive protocol) decides throughput and cost. This benchmark measures that
+part alone.
 
 The model: a real BertModel with MiniLM's config and tokenizer but `num_hidden_layers=0`
 (embeddings, pooling and 384-dim output only), built at run time in a temporary folder and

@@ -10,8 +10,9 @@
 3. Fleet, as shipped: the command line and environment of `laneway worker cpu`
    (fleet/processes.py) with default settings (every core, its own
    precision, niceness, the result cache); an N-item job goes through the service layer the
-   API uses (route, COPY, chord of chunks, aggregate) and is timed from submission to its
-   final status. With --tuned, a second fleet run with the given settings, labelled so.
+   API uses (route, COPY, chunks sent a window at a time by fair share, the job settled by
+   its last chunk) and is timed from submission to its final status. With --tuned, a
+   second fleet run with the given settings, labelled so.
 4. Naive design: the same worker runs one Celery task per item (`laneway.naive_item`,
    bench/naive.py, which the worker loads through `--include`; production workers do not).
 5. Bare model, second half. Each bare rate is N over the time of both halves, so it brackets

@@ -25,8 +25,8 @@ def log_level() -> str:
 
 
 def worker_queues(lane: str) -> str:
-    """The cpu worker also serves the maintenance queue: chord callbacks, the reconciler
-    and alerts, short tasks that never wait behind the lanes' chunks. An interactive
+    """The cpu worker also serves the maintenance queue: the reconciler, alerts and
+    scale-down, short tasks that never wait behind the lanes' chunks. An interactive
     worker (`interactive.cpu` or `interactive.gpu`) serves its queue alone."""
     return "cpu,maintenance" if lane == "cpu" else lane
 
