@@ -1,23 +1,29 @@
 """Fair share as people see it, on the real Postgres and Redis through the web app (no
 worker: chunks a test "runs" are marked done as a worker would): a waiting job's place in
 its view, on its page and in its progress; each lane's share by account type on the
-dashboard and in /metrics, never an account's name or job."""
+dashboard and in /metrics, never an account's name or job; and an account's weight
+changed by the admin API or `laneway accounts weight`, followed by the next refill."""
 
 from __future__ import annotations
 
 import json
 import re
+import uuid
 from datetime import datetime
 
 import pytest
+from click.testing import CliRunner
 from jsonschema import Draft202012Validator
+from sqlalchemy import select
 
 from db.intake import create_job
+from db.models import Account
 from db.session import session_scope
+from fleet.cli import cli
 from jobs import fairshare
 from jobs.planner import plan_chunks
 from tests.integration.conftest import auth
-from tests.integration.test_fairshare import finish_in_flight
+from tests.integration.test_fairshare import finish_in_flight, serve
 from tests.integration.test_pages import BASE, _login
 
 
@@ -168,3 +174,110 @@ def test_metrics_show_each_lanes_share_by_type_and_its_window(client, settings, 
     assert _sample(text, 'laneway_lane_window{lane="cpu"}') == board.window
     for secret in (busy_lane["other"].name, busy_lane["mine"].name, busy_lane["newer"]):
         assert secret not in text
+
+
+def admin_patch(client, key: str, account_id: int, body: str):
+    return client.patch(
+        f"/v1/admin/accounts/{account_id}",
+        data=body,
+        headers={**auth(key), "Content-Type": "application/json"},
+    )
+
+
+# JSON bodies no weight may be; Python's json reads NaN, Infinity and 1e999 (as inf) too.
+HOSTILE_WEIGHTS = ('"3"', "-1", "0", "0.0001", "1000.5", "NaN", "Infinity", "-Infinity",
+                   "1e999", "1" + "0" * 400, "true", "false", "[]", "{}", '""')  # fmt: skip
+
+
+def test_an_admin_changes_a_weight_and_the_next_refill_follows_it(
+    client, settings, account_factory
+):
+    _, admin_key = account_factory(is_admin=True)
+    heavy, _ = account_factory("standard")
+    light, light_key = account_factory("standard")
+    held_job(settings, heavy.id, 40)
+    held_job(settings, light.id, 40)
+    assert share_of(settings, heavy.id) == 0.5
+
+    changed = admin_patch(client, admin_key, heavy.id, '{"share_weight": 6}')
+    assert changed.status_code == 200, changed.json
+    assert (changed.json["share_weight"], changed.json["share_weight_is_default"]) == (6, False)
+    # The next refill reads it: no restart, no cache to clear. 6 against 2: three quarters.
+    assert share_of(settings, heavy.id) == 0.75
+    got = serve(settings, 8)
+    by_account = {}
+    with session_scope(settings) as session:
+        from db.models import Job
+
+        for job_id, n in got.items():
+            by_account[session.get(Job, job_id).account_id] = n
+    assert (by_account[heavy.id], by_account[light.id]) == (24, 8)
+
+    listed = client.get("/v1/admin/accounts", headers=auth(admin_key)).json["accounts"]
+    shown = {a["id"]: (a["share_weight"], a["share_weight_is_default"]) for a in listed}
+    assert shown[heavy.id] == (6, False) and shown[light.id] == (2, True)
+
+    back = admin_patch(client, admin_key, heavy.id, '{"share_weight": null}')
+    assert back.status_code == 200
+    assert (back.json["share_weight"], back.json["share_weight_is_default"]) == (2, True)
+    assert share_of(settings, heavy.id) == 0.5
+
+    for hostile in HOSTILE_WEIGHTS:
+        refused = admin_patch(client, admin_key, heavy.id, f'{{"share_weight": {hostile}}}')
+        assert refused.status_code == 400, hostile
+        assert (
+            refused.json["error"] == "invalid_input" and "share_weight" in refused.json["message"]
+        ), hostile
+    with session_scope(settings) as session:
+        assert session.get(Account, heavy.id).share_weight is None  # nothing stored
+
+    # Not an admin (its own account or another's), or no key: as the admin API refuses.
+    for target in (light.id, heavy.id):
+        denied = admin_patch(client, light_key, target, '{"share_weight": 1000}')
+        assert denied.status_code == 403 and denied.json["error"] == "forbidden"
+    assert client.patch(f"/v1/admin/accounts/{light.id}", json={"share_weight": 9}).status_code == (
+        401
+    )
+    with session_scope(settings) as session:
+        assert session.get(Account, light.id).share_weight is None
+
+
+def _weight_of(name: str) -> float | None:
+    with session_scope() as session:
+        return session.scalar(select(Account.share_weight).where(Account.name == name))
+
+
+def test_cli_sets_and_clears_a_weight_and_refuses_what_is_no_weight(settings, account_factory):
+    account, _ = account_factory("enterprise")
+    name = account.name
+    runner = CliRunner()
+
+    def listed() -> str:
+        out = runner.invoke(cli, ["accounts", "list"]).output
+        return next(line for line in out.splitlines() if name in line)
+
+    assert "4 (type)" in listed()
+    done = runner.invoke(cli, ["accounts", "weight", name, "2.5"])
+    assert done.exit_code == 0 and "2.5" in done.output
+    assert _weight_of(name) == 2.5 and "2.5" in listed() and "(type)" not in listed()
+    rows = [json.loads(line) for line in runner.invoke(cli, ["accounts", "list", "--json"]).output
+            .splitlines()]  # fmt: skip
+    mine = next(r for r in rows if r["name"] == name)
+    assert (mine["weight"], mine["weight_is_default"]) == (2.5, False)
+
+    assert runner.invoke(cli, ["accounts", "weight", name, "default"]).exit_code == 0
+    assert _weight_of(name) is None and "4 (type)" in listed()
+    assert runner.invoke(cli, ["accounts", "weight", name, "7"]).exit_code == 0
+    assert runner.invoke(cli, ["accounts", "weight", name, "--clear"]).exit_code == 0
+    assert _weight_of(name) is None
+
+    for hostile in ("-1", "0", "0.0001", "1000.5", "nan", "inf", "-inf", "1e999", "abc", "",
+                    "0x10", "1" + "0" * 400):  # fmt: skip
+        refused = runner.invoke(cli, ["accounts", "weight", name, hostile])
+        assert refused.exit_code == 1, (hostile, refused.output)
+        assert refused.output.count("\n") == 1 and refused.output.startswith("Error:"), hostile
+    assert _weight_of(name) is None
+    assert runner.invoke(cli, ["accounts", "weight", name]).exit_code == 2  # WEIGHT or --clear
+    assert runner.invoke(cli, ["accounts", "weight", name, "3", "--clear"]).exit_code == 2
+    missing = runner.invoke(cli, ["accounts", "weight", f"ghost-{uuid.uuid4().hex[:6]}", "3"])
+    assert missing.exit_code == 1 and "no account" in missing.output
