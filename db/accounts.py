@@ -12,11 +12,21 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from core.config.settings import Settings
 from db.common import aware, utcnow
 from db.models import Account, ApiKey
 
 KEY_PREFIX = "lw_"
 KEY_PREFIX_SHAPE = re.compile(r"lw_[0-9a-f]{1,13}")
+# An account's own fair-share weight (jobs/fairshare.py). The floor keeps the items a
+# chunk adds to its pass (items over weight) far from overflow: an infinite pass would
+# become the lane's clock and undo every account's order.
+MIN_SHARE_WEIGHT = 0.001
+MAX_SHARE_WEIGHT = 1000
+SHARE_WEIGHT_RULE = (
+    f"share_weight must be a number from {MIN_SHARE_WEIGHT} to {MAX_SHARE_WEIGHT}, "
+    "or null for the account type's weight"
+)
 
 
 def hash_key(key: str) -> str:
@@ -120,3 +130,22 @@ def rotate_key(session: Session, row: ApiKey, grace_seconds: int = 0) -> tuple[A
     new_row, key = add_api_key(session, row.account, row.name)
     revoke_key(session, row, grace_seconds)
     return new_row, key
+
+
+def share_weight(value: object) -> float | None:
+    """An account's own fair-share weight as an operator gives it: None (its type's), or a
+    finite number in range; a boolean, a string, NaN or anything else raises ValueError."""
+    if value is None:
+        return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    # NaN fails both comparisons; an integer too large for a float compares exactly.
+    if not number or not MIN_SHARE_WEIGHT <= value <= MAX_SHARE_WEIGHT:  # type: ignore[operator]
+        raise ValueError(SHARE_WEIGHT_RULE)
+    return float(value)  # type: ignore[arg-type]
+
+
+def share_weight_in_effect(account: Account, settings: Settings) -> tuple[float, bool]:
+    """The weight the account's lanes give it, and whether that is its type's."""
+    if account.share_weight is None:
+        return float(settings.share_weight(account.type)), True
+    return account.share_weight, False

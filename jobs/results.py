@@ -15,6 +15,7 @@ from db.common import aware
 from db.models import FINAL_JOB_STATUSES, Job
 from db.results import items_done, job_cost, job_runtimes
 from jobs.exports import spreadsheet_safe
+from jobs.fairshare import job_place
 
 
 def _seconds(a, b) -> float | None:  # noqa: ANN001
@@ -27,9 +28,11 @@ def iso(moment) -> str | None:  # noqa: ANN001
     return aware(moment).isoformat() if moment is not None else None
 
 
-def job_view(session: Session, job: Job, settings: Settings) -> dict[str, Any]:
+def job_view(session: Session, job: Job, settings: Settings, place: bool = True) -> dict[str, Any]:
     """Status, progress, counts, label counts, timings, stage seconds, the precision and
-    runtimes its chunks ran with, and cost of a job."""
+    runtimes its chunks ran with, cost, and (with `place`) its place on its lane while
+    chunks of it wait for a slot. A listing leaves the place out (None): it reads the
+    whole lane, once per job."""
     final = job.status in FINAL_JOB_STATUSES
     done = job.succeeded_items + job.failed_items if final else items_done(session, job.id)
     total = job.total_items
@@ -77,6 +80,7 @@ def job_view(session: Session, job: Job, settings: Settings) -> dict[str, Any]:
         "cost": job.cost
         if final
         else job_cost(session, job.id, total, settings.cpu_price, settings.gpu_price),
+        "queue": job_place(session, settings, job) if place and not final else None,
     }
 
 

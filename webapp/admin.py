@@ -23,6 +23,8 @@ from db.accounts import (
     list_keys,
     revoke_key,
     rotate_key,
+    share_weight,
+    share_weight_in_effect,
 )
 from db.common import aware
 from db.models import Account, ApiKey
@@ -67,6 +69,7 @@ def account_view(
     account: Account, settings: Settings, keys: list[ApiKey] | None = None
 ) -> dict[str, Any]:
     limits = settings.limits_for(account.type)
+    weight, is_default = share_weight_in_effect(account, settings)
     view: dict[str, Any] = {
         "id": account.id,
         "name": account.name,
@@ -78,6 +81,8 @@ def account_view(
             "max_items": limits.max_items,
             "max_upload_bytes": limits.max_upload_bytes,
         },
+        "share_weight": weight,
+        "share_weight_is_default": is_default,
     }
     if keys is not None:
         view["keys"] = [key_view(k) for k in keys]
@@ -169,14 +174,20 @@ def accounts_get(account_id: int) -> Response:
 @admin.patch(f"/accounts/{ACCOUNT_ID}")
 def accounts_update(account_id: int) -> Response:
     settings = app_settings()
-    body = _body(("type", "is_admin"))
+    body = _body(("type", "is_admin", "share_weight"))
     if "type" in body and body["type"] not in ACCOUNT_TYPES:
         raise InputError(f"'type' must be one of {', '.join(ACCOUNT_TYPES)}")
     if "is_admin" in body and not isinstance(body["is_admin"], bool):
         raise InputError("'is_admin' must be true or false")
+    if "share_weight" in body:
+        try:
+            body["share_weight"] = share_weight(body["share_weight"])
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
     with session_factory(settings)() as session:
         account = _account(session, account_id)
-        for field in ("type", "is_admin"):
+        # share_weight is read at the lanes' next refill: no restart, no cache to clear.
+        for field in ("type", "is_admin", "share_weight"):
             if field in body:
                 setattr(account, field, body[field])
         session.commit()

@@ -25,6 +25,7 @@ from db.common import alive_workers, aware, own_job, utcnow
 from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, JobItem, Result, Worker
 from db.results import iter_results
 from db.session import session_factory
+from jobs import fairshare
 from jobs.inputs import Limits
 from jobs.lifecycle import retry_dead_letters
 from jobs.results import csv_blocks, iso, jsonl_lines
@@ -220,8 +221,9 @@ def failed_items(session: Session, job_id: uuid.UUID, limit: int = 50) -> tuple[
 
 
 def progress(view: dict[str, Any], now_iso: str | None = None) -> dict[str, Any]:
-    """The progress bar's figures from a job view: done, total, percent and an ETA from
-    the pace so far (None until an item is done, or once the job has ended)."""
+    """The progress bar's figures from a job view: done, total, percent, an ETA from
+    the pace so far (None until an item is done, or once the job has ended), and its
+    place on the lane while chunks of it wait for a slot (the view's `queue`)."""
     done, total = view["progress"]["done"], view["progress"]["total"]
     final = view["status"] in FINAL_JOB_STATUSES
     eta = None
@@ -237,6 +239,7 @@ def progress(view: dict[str, Any], now_iso: str | None = None) -> dict[str, Any]
         "total": total,
         "percent": view["progress"]["percent"],
         "eta_seconds": eta,
+        "queue": view.get("queue"),
     }
 
 
@@ -357,3 +360,29 @@ def _since(worker: Worker) -> Any:  # noqa: ANN401
     if worker.running_tasks > 0:
         return worker.busy_since or worker.started_at
     return worker.idle_since or worker.started_at
+
+
+def lane_shares(session: Session, settings: Settings) -> list[dict[str, Any]]:
+    """Each lane's fair share as the dashboard and /metrics show it: its window, chunks in
+    flight, and per account type (never per account: both are shown to every tenant or
+    scraper) the type's share by weight, items in flight and items waiting for a slot."""
+    shown = []
+    for lane in LANES:
+        board = fairshare.lane_board(session, settings, lane)
+        types = {
+            kind: {
+                "share": row["share"],
+                "in_flight_items": int(row["in_flight_items"]),
+                "waiting_items": int(row["waiting_items"]),
+            }
+            for kind, row in sorted(board.by_type().items())
+        }
+        shown.append(
+            {
+                "lane": lane,
+                "window": board.window,
+                "in_flight_chunks": board.in_flight_chunks,
+                "types": types,
+            }
+        )
+    return shown

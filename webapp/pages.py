@@ -188,7 +188,7 @@ def jobs() -> str:
     number = jobviews.page_number(request.args.get("page"))
     with session_factory(settings)() as db:
         listing = jobviews.list_jobs(db, g.account.id, number)
-        views = [job_view(db, job, settings) for job in listing.rows]
+        views = [job_view(db, job, settings, place=False) for job in listing.rows]
     return render_template("pages/jobs.html", listing=listing, jobs=views)
 
 
@@ -275,12 +275,14 @@ def _flower_url() -> str:
 @pages.get("/dashboard")
 @signed_in
 def dashboard() -> str:
-    """The fleet as a whole: lanes, workers, throughput and cost (no account's jobs)."""
+    """The fleet as a whole: lanes, each lane's share by account type, workers, throughput
+    and cost. The same page for every account, admin or not: no account's name or jobs."""
     settings = app_settings()
     with session_factory(settings)() as db:
         workers = jobviews.live_workers(db, settings)
         series = jobviews.throughput(db)
         cost = jobviews.cost_per_item(db, settings, series)
+        shares = jobviews.lane_shares(db, settings)
     try:
         lanes = queue_depths(settings)
         interactive_items, interactive_cost = jobviews.interactive_usage(
@@ -295,6 +297,7 @@ def dashboard() -> str:
     return render_template(
         "pages/dashboard.html",
         lanes=lanes,
+        shares=shares,
         workers=workers,
         throughput_chart=charts.grouped_bars(
             series, ticks, "Items done per 5 minutes, last hour, by lane", "items"

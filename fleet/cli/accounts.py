@@ -84,24 +84,39 @@ def accounts_create(
 @accounts.command("list")
 @json_option
 def accounts_list(as_json: bool) -> None:
-    """List accounts: id, name, type, admin, live keys."""
-    from db.accounts import is_live, list_accounts, list_keys
+    """List accounts: id, name, type, admin, fair-share weight in effect (with "(type)"
+    where it is the type's), live keys."""
+    from db.accounts import is_live, list_accounts, list_keys, share_weight_in_effect
     from db.session import session_scope
 
-    with session_scope(cli_settings()) as session:
+    settings = cli_settings()
+    rows = []
+    with session_scope(settings) as session:
+        for account in list_accounts(session):
+            weight, is_default = share_weight_in_effect(account, settings)
+            rows.append(
+                {
+                    "id": account.id,
+                    "name": account.name,
+                    "type": account.type,
+                    "admin": account.is_admin,
+                    "weight": weight,
+                    "weight_is_default": is_default,
+                    "live_keys": sum(is_live(k) for k in list_keys(session, account.id)),
+                }
+            )
+    if not as_json:
         rows = [
             {
-                "id": account.id,
-                "name": account.name,
-                "type": account.type,
-                "admin": account.is_admin,
-                "live_keys": sum(is_live(k) for k in list_keys(session, account.id)),
+                **row,
+                "admin": "yes" if row["admin"] else "",
+                "weight": f"{row['weight']:g}" + (" (type)" if row["weight_is_default"] else ""),
             }
-            for account in list_accounts(session)
+            for row in rows
         ]
-    if not as_json:
-        rows = [{**row, "admin": "yes" if row["admin"] else ""} for row in rows]
-    columns = (("id", 6), ("name", 30), ("type", 10), ("admin", 5), ("live_keys", 0))
+    columns = (
+        ("id", 6), ("name", 30), ("type", 10), ("admin", 5), ("weight", 12), ("live_keys", 0),
+    )  # fmt: skip
     table(rows, columns, as_json)
 
 
@@ -219,3 +234,34 @@ def accounts_webhook(name: str, url: str | None, clear: bool) -> None:
             raise click.ClickException(f"no account named {name!r}")
         account.webhook_url = url
     click.echo(f"webhook {'cleared' if clear else 'set'} for account {name!r}")
+
+
+# A negative WEIGHT is read as the argument it is (and refused as a weight), not as an option.
+@accounts.command("weight", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("weight", required=False)
+@click.option("--clear", is_flag=True, help="back to the account type's weight")
+def accounts_weight(name: str, weight: str | None, clear: bool) -> None:
+    """Set NAME's weight in its lanes' fair share: WEIGHT (a number from 0.001 to 1000), or
+    `default` (or --clear) for its type's (LANEWAY_SHARE_WEIGHT_<TYPE>). The lanes read it at
+    their next refill: nothing restarts."""
+    from db.accounts import share_weight
+    from db.session import session_scope
+
+    if clear == (weight is not None):
+        raise click.UsageError("give a WEIGHT (or default), or --clear")
+    if clear or weight == "default":
+        wanted = None
+    else:
+        try:
+            wanted = share_weight(float(weight))  # type: ignore[arg-type]
+        except ValueError:
+            raise click.ClickException(
+                f"{weight!r} is no weight: a number from 0.001 to 1000, or default"
+            ) from None
+    with session_scope(cli_settings()) as session:
+        account = _find_account(session, name)
+        account.share_weight = wanted
+        label = account.name
+    shown = "its type's" if wanted is None else f"{wanted:g}"
+    click.echo(f"account {label!r} now weighs {shown} in its lanes' fair share")

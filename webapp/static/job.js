@@ -10,6 +10,26 @@
   var done = document.getElementById("done");
   var status = document.getElementById("status");
   var eta = document.getElementById("eta");
+  var queue = document.getElementById("queue");
+
+  function moment(iso) { return iso.slice(0, 19).replace("T", " ") + " UTC"; }
+
+  // The job's place on its lane while chunks of it wait (the template's words), as text.
+  function place(lane, q) {
+    var chunks = q.waiting_chunks + " chunk" + (q.waiting_chunks !== 1 ? "s" : "");
+    var text = "Waiting for a slot on the " + lane + " lane: " + chunks + " (" +
+      q.waiting_items + " items), " + q.chunks_ahead + " ahead of the next one; " +
+      "this account's share of the lane: " + (q.share * 100).toFixed(1) + " %. ";
+    if (q.estimated_start) {
+      text += "Estimated start " + moment(q.estimated_start) +
+        (q.estimated_end ? ", end " + moment(q.estimated_end) : "") + ".";
+    } else if (q.estimated_end) {
+      text += "Estimated end " + moment(q.estimated_end) + ".";
+    } else {
+      text += "No estimate yet: nothing ended on the lane lately.";
+    }
+    return text;
+  }
 
   function show(p) {
     bar.value = p.percent;
@@ -19,6 +39,8 @@
     status.textContent = p.status;
     status.className = "status-" + p.status;
     eta.textContent = p.eta_seconds === null ? "" : "about " + Math.round(p.eta_seconds) + " s left";
+    queue.hidden = !p.queue;
+    queue.textContent = p.queue ? place(section.dataset.lane, p.queue) : "";
   }
 
   // Every second at first, then every 3 s: polls count against the account's rate limit
