@@ -4,16 +4,18 @@ huge job starts.
 
 The fleet: real processes at default settings (bench/controlplane.py's `Fleet`: the web
 app, one `laneway worker cpu`, one interactive worker) with the packaged MiniLM, on a
-database this run creates and a Redis db index it claims. Accounts are created in the
-database; jobs go through `POST /v1/jobs` as a user sends them.
+database this run creates and a Redis db index it claims, every job on the cpu lane
+(LANEWAY_GPU_THRESHOLD above any job). Accounts are made by `laneway accounts create`;
+jobs go through `POST /v1/jobs` as a user sends them.
 
 1. small_wait: account A (enterprise) submits --big items; once its first chunk runs,
    account B (trial) submits --small items; B's seconds from its POST to its final status.
    A is then cancelled.
 2. shares: two standard accounts submit --share-items each at once; every second the
-   results each has is read, and each whole 30 s window while both have work gives each
-   account's part of the items finished in it. Run for --share-seconds, then cancelled.
-   Then the same with the first account's weight set to 3 and the second's to 1.
+   results each has is read, and each whole window of --window-seconds (30) while both
+   have work gives each account's part of the items finished in it. Run for
+   --share-seconds, then cancelled. Then the same with the first account's weight set to
+   3 and the second's to 1.
 3. alone: one account's --alone-items job, alone on the lane: items/s from the POST to
    the final status. With --baseline DIR (a checkout of the commit before fair share, its
    own database), the same job on that fleet, run before and after this one's, so a drift
@@ -43,6 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.controlplane import (  # noqa: E402
     ADMIN_PG,
+    BIN,
     FINAL,
     REDIS_HOST,
     Fleet,
@@ -53,7 +56,6 @@ from bench.controlplane import (  # noqa: E402
     release_redis_index,
 )
 
-WINDOW_SECONDS = 30.0
 TYPES = ("TRIAL", "STANDARD", "ENTERPRISE")
 
 
@@ -64,14 +66,25 @@ def session():  # noqa: ANN201
     return session_scope(get_settings())
 
 
-def new_account(kind: str, weight: float | None = None) -> tuple[int, str]:
-    from db.accounts import create_account
+def new_account(kind: str, weight: float | None = None) -> tuple[str, str]:
+    """(name, API key) of a new account, made by the fleet's own `laneway accounts create`
+    (the baseline's code writes the baseline's schema); `weight` its own share weight."""
+    import subprocess
 
-    with session() as s:
-        account, key = create_account(s, f"fs-{kind}-{uuid.uuid4().hex[:6]}", kind)
-        account.share_weight = weight
-        s.flush()
-        return account.id, key
+    from sqlalchemy import text
+
+    name = f"fs-{kind}-{uuid.uuid4().hex[:6]}"
+    made = subprocess.run(
+        [str(BIN / "laneway"), "accounts", "create", name, "--type", kind],
+        capture_output=True, text=True, check=True, env={**os.environ},
+    )  # fmt: skip
+    if weight is not None:
+        with session() as s:
+            s.execute(
+                text("UPDATE accounts SET share_weight = :w WHERE name = :n"),
+                {"w": weight, "n": name},
+            )
+    return name, made.stdout.strip().splitlines()[-1]
 
 
 def items(n: int, tag: str) -> list[dict]:
@@ -155,7 +168,9 @@ def small_wait(port: int, big: int, small: int, task: str) -> dict:
     }
 
 
-def shares(port: int, n: int, seconds: float, task: str, weights: tuple[float, float]) -> dict:
+def shares(
+    port: int, n: int, seconds: float, task: str, weights: tuple[float, float], window: float
+) -> dict:
     ids_keys = [new_account("standard", w) for w in weights]
     bodies = [items(n, f"s{i}-") for i in range(2)]
     jobs: list[str] = [""] * 2
@@ -180,7 +195,7 @@ def shares(port: int, n: int, seconds: float, task: str, weights: tuple[float, f
     k = begin
     while k is not None:
         end = next(
-            (j for j in range(k, len(samples)) if samples[j][0] - samples[k][0] >= WINDOW_SECONDS),
+            (j for j in range(k, len(samples)) if samples[j][0] - samples[k][0] >= window),
             None,
         )
         if end is None:
@@ -272,6 +287,8 @@ def fleet_run(args: argparse.Namespace, checkout: Path, index: int, work) -> dic
         **{f"LANEWAY_MAX_ITEMS_{t}": str(2_000_000) for t in TYPES},
         **{f"LANEWAY_MAX_UPLOAD_BYTES_{t}": str(1 << 30) for t in TYPES},
         "LANEWAY_RATE_LIMIT_TRIAL": "100000/minute",
+        # Every job on the cpu lane, whatever its account and size: the one lane measured.
+        "LANEWAY_GPU_THRESHOLD": str(10**9),
     }
     saved = dict(os.environ)
     os.environ.update(env)
@@ -302,6 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--small", type=int, default=300)
     parser.add_argument("--share-items", type=int, default=50_000)
     parser.add_argument("--share-seconds", type=float, default=95.0)
+    parser.add_argument("--window-seconds", type=float, default=30.0, help="of each share")
     parser.add_argument("--alone-items", type=int, default=10_000)
     parser.add_argument("--huge", type=int, default=1_000_000, help="lines of the upload")
     parser.add_argument("--baseline", type=Path, default=None, help="checkout before fair share")
@@ -326,8 +344,9 @@ def main(argv: list[str] | None = None) -> dict:
         if "shares" in only:
             for name, weights in (("equal", (None, None)), ("weighted_3_1", (3.0, 1.0))):
                 out[f"shares_{name}"] = shares(
-                    port, args.share_items, args.share_seconds, args.task, weights
-                )
+                    port, args.share_items, args.share_seconds, args.task, weights,
+                    args.window_seconds,
+                )  # fmt: skip
                 print(json.dumps(out[f"shares_{name}"]), flush=True)
         if "alone" in only:
             out["alone"] = alone(port, args.alone_items, args.task)

@@ -146,6 +146,15 @@ def share_weight(value: object) -> float | None:
 
 def share_weight_in_effect(account: Account, settings: Settings) -> tuple[float, bool]:
     """The weight the account's lanes give it, and whether that is its type's."""
-    if account.share_weight is None:
-        return float(settings.share_weight(account.type)), True
-    return account.share_weight, False
+    return weight_in_effect(account.type, account.share_weight, settings)
+
+
+def weight_in_effect(
+    account_type: str, own: float | None, settings: Settings
+) -> tuple[float, bool]:
+    """An account's own weight held to the allowed range (one written to the column by
+    hand skips the API's check: a weight near 0 would make its pass infinite and stop the
+    lane's clock), else its type's; and whether it is its type's."""
+    if own is None:
+        return float(settings.share_weight(account_type)), True
+    return min(max(float(own), MIN_SHARE_WEIGHT), MAX_SHARE_WEIGHT), False

@@ -45,6 +45,7 @@ from core.config.settings import Settings
 from core.queueing.dispatch import send_chunks
 from core.vocab import LANES
 from db import common
+from db.accounts import weight_in_effect
 from db.common import utcnow
 from db.intake import ChunkRef
 from db.models import Account, Chunk, Job, LaneClock, LaneShare
@@ -198,7 +199,7 @@ def _standings(
     return {
         aid: Standing(
             aid,
-            own or settings.share_weight(kind),
+            weight_in_effect(kind, own, settings)[0],
             float(passes.get(aid, 0.0)),
             name=name,
             type=kind,

@@ -14,7 +14,7 @@ from core.config.settings import ModelSpec, Settings, get_settings
 from core.vocab import TASKS
 from db.intake import DuplicateItem, create_job, stage_items
 from db.models import Account, Job
-from db.session import after_commit, session_factory
+from db.session import session_factory
 from jobs import fairshare
 from jobs.inputs import InputError, ItemStream, item_stream
 from jobs.lanes import live_lanes, read_lane_stats
@@ -155,8 +155,11 @@ def submit_job(
         job = store_job(
             session, account, items, tasks=tasks, labels=labels, source=source, settings=settings
         )
-        after_commit(session, lambda: send_job(job, settings))
         session.commit()
+    # Once the session has given its connection back: the refill takes one of its own, and
+    # a burst of submissions each holding one while asking for another would drain the
+    # pool (an after-commit hook runs before the session lets its connection go).
+    send_job(job, settings)
     return job
 
 

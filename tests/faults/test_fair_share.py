@@ -40,20 +40,22 @@ def test_a_small_job_passes_a_big_one_and_a_kill_and_a_cancel_lose_nothing(
     big_account, _ = account_factory("enterprise")
     small_account, _ = account_factory("trial")
     third, _ = account_factory("trial")
-    big = submit(settings.replace(chunk_size=16), big_account, 640, "b", SHORT)  # 40 chunks
+    # Chunks of 16, all on the cpu lane (an enterprise job this size would go to the gpu's).
+    shared = settings.replace(chunk_size=16, gpu_threshold=10**6)
+    big = submit(shared, big_account, 640, "b", SHORT)  # 40 chunks
     worker = cpu_worker(tmp_path, "cpu-share")
     procs = [worker]
     try:
         wait_for(lambda: chunk_states(settings, big).count("done") >= 2, 120,
                  "the big job under way", procs)  # fmt: skip
-        small = submit(settings.replace(chunk_size=16), small_account, 32, "s", SHORT)
+        small = submit(shared, small_account, 32, "s", SHORT)
         assert wait_final(settings, small, 60, procs) == "succeeded"
         # The big job still had work waiting when the small one ended: it was not held behind.
         assert "held" in chunk_states(settings, big)
         assert_exactly_one_result_each(settings, small, 32)
 
         # A third account's job joins; the worker dies in the middle of a chunk.
-        other = submit(settings.replace(chunk_size=16), third, 96, "o", SHORT)
+        other = submit(shared, third, 96, "o", SHORT)
 
         def running() -> int | None:
             with session_scope(settings) as session:

@@ -106,3 +106,29 @@ def test_the_control_plane_benchmark_runs_a_job_and_requests_on_a_real_fleet(tmp
     assert level["requests"] > 0 and level["errors"] == 0
     assert level["p50_ms"] <= level["p99_ms"]
     assert level["cpu_ms_per_request"]["interactive_worker"] > 0
+
+
+def test_the_fair_share_benchmark_measures_a_small_job_and_the_shares_on_a_real_fleet(tmp_path):
+    from tests.e2e.procs import free_port
+
+    out = tmp_path / "fs.json"
+    argv = [sys.executable, str(ROOT / "bench" / "fairshare.py"), "--big", "4000",
+            "--small", "40", "--share-items", "3000", "--share-seconds", "14",
+            "--window-seconds", "4", "--alone-items", "200", "--huge", "3000",
+            "--port", str(free_port()), "--json", str(out)]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    small = report["small_wait"]
+    # The small job ended while the big one still had work: it was not held behind it.
+    assert small["small_status"] == "succeeded"
+    assert small["big_items_done_meanwhile"] < 4000
+    equal, weighted = report["shares_equal"], report["shares_weighted_3_1"]
+    assert equal["windows"] and weighted["windows"]
+    low, high = equal["first_share_range"]
+    assert 0.2 <= low <= high <= 0.8, equal
+    assert sum(w["items"][0] for w in weighted["windows"]) > sum(
+        w["items"][1] for w in weighted["windows"]
+    ), weighted
+    assert report["alone"]["status"] == "succeeded"
+    assert report["first_chunk"]["first_chunk_after_commit_seconds"] < 60

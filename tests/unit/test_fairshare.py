@@ -122,3 +122,16 @@ def test_the_gpu_lane_is_served_by_gpu_and_cpu_workers():
     workers = [SimpleNamespace(queues=q) for q in (["cpu", "maintenance"], ["gpu"], ["cpu"])]
     assert serving(workers, "cpu") == 2
     assert serving(workers, "gpu") == 3
+
+
+def test_a_weight_written_by_hand_out_of_range_is_held_to_it():
+    from db.accounts import weight_in_effect
+
+    settings = Settings(share_weight_trial=1)
+    assert weight_in_effect("trial", None, settings) == (1.0, True)
+    assert weight_in_effect("trial", 5e-324, settings) == (0.001, False)  # not an infinite pass
+    assert weight_in_effect("trial", 1e300, settings) == (1000.0, False)
+    tiny = Standing(1, weight_in_effect("trial", 5e-324, settings)[0], 0.0, jobs=[job(10)])
+    other = Standing(2, 1.0, 0.0, jobs=[job(10)])
+    given = allocate([tiny, other], 4, 0.0)
+    assert given.clock < float("inf") and len(given.picks) == 4
