@@ -284,6 +284,8 @@ def fleet_run(args: argparse.Namespace, checkout: Path, index: int, work) -> dic
         "LANEWAY_REDIS_URL": f"{REDIS_HOST}/{index}",
         "LANEWAY_HOME": str(logdir / "home"),
         "PYTHONPATH": f"{checkout}:{checkout / 'client'}",
+        "LANEWAY_MAX_ITEMS": str(2_000_000),
+        "LANEWAY_MAX_UPLOAD_BYTES": str(1 << 30),
         **{f"LANEWAY_MAX_ITEMS_{t}": str(2_000_000) for t in TYPES},
         **{f"LANEWAY_MAX_UPLOAD_BYTES_{t}": str(1 << 30) for t in TYPES},
         "LANEWAY_RATE_LIMIT_TRIAL": "100000/minute",
