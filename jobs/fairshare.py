@@ -409,10 +409,12 @@ def refill(settings: Settings, lane: str) -> int:
             wanted[job_id] += 1
         owner = {row.id: row.account_id for row in jobs}
         given: dict[int, int] = defaultdict(int)
-        refs: list[tuple[ChunkRef, str]] = []
         now = utcnow()
-        for job_id, n in wanted.items():
-            for chunk in chunks.release(session, job_id, n, now):
+        released = {job_id: chunks.release(session, job_id, n, now) for job_id, n in wanted.items()}
+        refs: list[tuple[ChunkRef, str]] = []
+        for job_id in given_out.picks:  # sent in the order given: the broker keeps it
+            if released[job_id]:
+                chunk = released[job_id].pop(0)
                 given[owner[job_id]] += chunk_items(chunk)
                 refs.append((ChunkRef(chunk.id, chunk.task_id, chunk.stage), lane))
         start = given_out.start
