@@ -293,15 +293,15 @@ def tokenization_seconds(model: Path, texts: list[str], batch_size: int) -> floa
 
 
 class Fleet:
-    def __init__(self, logdir: Path, env: dict[str, str], port: int) -> None:
-        self.logdir, self.env, self.port = logdir, env, port
+    def __init__(self, logdir: Path, env: dict[str, str], port: int, cwd: Path = ROOT) -> None:
+        self.logdir, self.env, self.port, self.cwd = logdir, env, port, cwd
         self.procs: dict[str, subprocess.Popen] = {}
 
     def start(self, name: str, argv: list[str]) -> None:
         log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         self.procs[name] = subprocess.Popen(
             argv, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=ROOT,
+            start_new_session=True, cwd=self.cwd,
         )  # fmt: skip
 
     def up(self, workers: int) -> dict[str, str]:

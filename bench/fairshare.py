@@ -60,10 +60,12 @@ TYPES = ("TRIAL", "STANDARD", "ENTERPRISE")
 
 
 def session():  # noqa: ANN201
-    from core.config.settings import get_settings
+    """A session on the running fleet's database (read from the environment each time:
+    each fleet of the run has its own; get_settings() would keep the first)."""
+    from core.config.settings import Settings
     from db.session import session_scope
 
-    return session_scope(get_settings())
+    return session_scope(Settings.from_env())
 
 
 def new_account(kind: str, weight: float | None = None) -> tuple[str, str]:
@@ -294,7 +296,7 @@ def fleet_run(args: argparse.Namespace, checkout: Path, index: int, work) -> dic
     }
     saved = dict(os.environ)
     os.environ.update(env)
-    fleet = Fleet(logdir, env, args.port)
+    fleet = Fleet(logdir, env, args.port, cwd=checkout)  # its code first on every path
     try:
         import subprocess
 
