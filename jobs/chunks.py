@@ -267,22 +267,34 @@ def requeue(settings: Settings, chunk_id: int) -> None:
         )
 
 
-def release(session: Session, job_id: uuid.UUID, n: int, now: datetime) -> list[Chunk]:
+def release(session: Session, job_id: uuid.UUID, n: int, now: datetime) -> list[Any]:
     """The job's first `n` held chunks get a slot on their lane: queued, to be sent after
-    the commit. Taken `SKIP LOCKED` under the lane's lock (rule 0): a chunk a cancel holds
-    now is left to it."""
-    chunks = list(
-        session.scalars(
-            select(Chunk)
-            .where(Chunk.job_id == job_id, Chunk.state == "held")
-            .order_by(Chunk.seq)
-            .limit(n)
-            .with_for_update(skip_locked=True)
-        )
+    the commit (rows of id, task id, stage, start, stop, positions, in order). Taken
+    `SKIP LOCKED` under the lane's lock (rule 0): a chunk a cancel holds now is left to it.
+    One statement: this runs at every chunk's end."""
+    held = (
+        select(Chunk.id)
+        .where(Chunk.job_id == job_id, Chunk.state == "held")
+        .order_by(Chunk.seq)
+        .limit(n)
+        .with_for_update(skip_locked=True)
     )
-    for chunk in chunks:
-        chunk.state, chunk.queued_at = "queued", now
-    return chunks
+    rows = session.execute(
+        update(Chunk)
+        .where(Chunk.id.in_(held.scalar_subquery()))
+        .values(state="queued", queued_at=now)
+        .returning(
+            Chunk.seq,
+            Chunk.id,
+            Chunk.task_id,
+            Chunk.stage,
+            Chunk.start,
+            Chunk.stop,
+            Chunk.positions,
+        )  # fmt: skip
+        .execution_options(synchronize_session=False)
+    ).all()
+    return sorted(rows, key=lambda row: row.seq)
 
 
 # --- recovery by the reconciler -----------------------------------------------------------

@@ -36,6 +36,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import func, select, text
@@ -48,7 +49,7 @@ from db import common
 from db.accounts import weight_in_effect
 from db.common import utcnow
 from db.intake import ChunkRef
-from db.models import Account, Chunk, Job, LaneClock, LaneShare
+from db.models import Account, Chunk, Job, LaneClock, LaneShare, Worker
 from db.session import after_commit, session_scope
 from jobs import chunks
 
@@ -184,28 +185,30 @@ def _standings(
     """Each account's weight and stored pass on the lane."""
     if not account_ids:
         return {}
-    passes = dict(
-        session.execute(
-            select(LaneShare.account_id, LaneShare.pass_).where(
-                LaneShare.lane == lane, LaneShare.account_id.in_(account_ids)
-            )
-        ).all()
-    )
     rows = session.execute(
-        select(Account.id, Account.name, Account.type, Account.share_weight).where(
-            Account.id.in_(account_ids)
-        )
+        select(Account.id, Account.name, Account.type, Account.share_weight, LaneShare.pass_)
+        .outerjoin(LaneShare, (LaneShare.account_id == Account.id) & (LaneShare.lane == lane))
+        .where(Account.id.in_(account_ids))
     ).all()
     return {
         aid: Standing(
             aid,
             weight_in_effect(kind, own, settings)[0],
-            float(passes.get(aid, 0.0)),
+            float(passed or 0.0),
             name=name,
             type=kind,
         )
-        for aid, name, kind, own in rows
+        for aid, name, kind, own, passed in rows
     }
+
+
+def _serving(session: Session, settings: Settings, lane: str) -> int:
+    """Worker processes beating now that serve some stage of the lane (see `serving`)."""
+    since = utcnow() - timedelta(seconds=settings.worker_dead_after)
+    queues = session.scalars(
+        select(Worker.queues).where(Worker.stopped_at.is_(None), Worker.last_seen_at >= since)
+    ).all()
+    return serving([SimpleNamespace(queues=q) for q in queues], lane)
 
 
 def waiting_items(session: Session, lane: str) -> int:
@@ -286,7 +289,6 @@ def recent_rate(session: Session, lane: str) -> float | None:
 
 def lane_board(session: Session, settings: Settings, lane: str) -> LaneBoard:
     """The lane's window, and each account with work on it: in flight, waiting, share."""
-    workers = common.alive_workers(session, settings.worker_dead_after)
     flying = _in_flight(session, lane)
     waiting: dict[int, int] = defaultdict(int)
     for row in _waiting(session, lane):
@@ -309,7 +311,7 @@ def lane_board(session: Session, settings: Settings, lane: str) -> LaneBoard:
     ]
     return LaneBoard(
         lane=lane,
-        window=window(settings, lane, serving(workers, lane)),
+        window=window(settings, lane, _serving(session, settings, lane)),
         in_flight_chunks=sum(n for n, _ in flying.values()),
         accounts=accounts,
         items_per_second=recent_rate(session, lane),
@@ -366,17 +368,15 @@ def _lock_lane(session: Session, lane: str) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LANE_LOCK[lane]})
 
 
-def _upsert(session: Session, table: Any, keys: list[str], rows: list[dict[str, Any]]) -> None:
-    if not rows:
-        return
-    dialect = session.connection().dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    stmt = dialect_insert(table.__table__)  # the table's: rows are keyed by column name
-    changed = {c.name: stmt.excluded[c.name] for c in table.__table__.columns if c.name not in keys}
-    session.execute(stmt.on_conflict_do_update(index_elements=keys, set_=changed), rows)
+# Written at every refill: plain statements, compiled once, on Postgres and SQLite alike.
+STORE_PASS = text(
+    'INSERT INTO lane_shares (lane, account_id, "pass") VALUES (:lane, :account, :pass) '
+    'ON CONFLICT (lane, account_id) DO UPDATE SET "pass" = excluded."pass"'
+)
+STORE_CLOCK = text(
+    "INSERT INTO lane_clocks (lane, clock) VALUES (:lane, :clock) "
+    "ON CONFLICT (lane) DO UPDATE SET clock = excluded.clock"
+)
 
 
 def _clock(session: Session, lane: str) -> float:
@@ -388,9 +388,10 @@ def refill(settings: Settings, lane: str) -> int:
     commit. Returns how many were given."""
     with session_scope(settings) as session:
         _lock_lane(session, lane)
-        workers = common.alive_workers(session, settings.worker_dead_after)
         flying = _in_flight(session, lane)
-        free = window(settings, lane, serving(workers, lane)) - sum(n for n, _ in flying.values())
+        free = window(settings, lane, _serving(session, settings, lane)) - sum(
+            n for n, _ in flying.values()
+        )
         if free <= 0:
             return 0
         jobs = [row for row in _waiting(session, lane) if row.status in SERVED_JOB_STATUSES]
@@ -419,12 +420,12 @@ def refill(settings: Settings, lane: str) -> int:
                 refs.append((ChunkRef(chunk.id, chunk.task_id, chunk.stage), lane))
         start = given_out.start
         passes = [
-            {"lane": lane, "account_id": a, "pass": start[a] + items / accounts[a].weight}
+            {"lane": lane, "account": a, "pass": start[a] + items / accounts[a].weight}
             for a, items in sorted(given.items())
         ]
-        _upsert(session, LaneShare, ["lane", "account_id"], passes)
-        clock = [{"lane": lane, "clock": given_out.clock}]
-        _upsert(session, LaneClock, ["lane"], clock)
+        if passes:
+            session.execute(STORE_PASS, passes)
+            session.execute(STORE_CLOCK, {"lane": lane, "clock": given_out.clock})
         after_commit(session, lambda: send_chunks(refs))
     return len(refs)
 

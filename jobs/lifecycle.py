@@ -82,14 +82,6 @@ def settle(job_id: uuid.UUID, settings: Settings | None = None) -> str | None:
     return status
 
 
-def chunk_ended(job_id: uuid.UUID, lane: str, settings: Settings) -> str | None:
-    """A chunk of the job ended (finished, failed, cancelled): finalize the job if it was
-    the last, and give the slot it freed on its lane to the next waiting chunk."""
-    status = settle(job_id, settings)
-    fairshare.safe_refill(settings, lane)
-    return status
-
-
 # --- cancellation ----------------------------------------------------------------------
 
 

@@ -41,10 +41,11 @@ from inference.batching import Interrupted, interruptible
 from inference.pipeline import Staged, StageTimes, TimedRun
 from jobs import chunks
 from jobs.chunks import Work
-from jobs.lifecycle import cancel_key, chunk_ended
+from jobs.lifecycle import cancel_key, settle
 from workers.cores import CoreShare, StepAside, busy_key
 from workers.devices import model_device
 from workers.model_host import get_pipeline
+from workers.refill import refill_soon
 from workers.registry import instance_id
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,14 @@ HANDOFF_TTL = 6 * 3600  # seconds a stage's output waits in Redis for the next s
 def _cache(work: Work) -> ResultCache:
     """The result cache as the chunk's job's account may use it."""
     return process_cache(app_settings()).scoped(work.account_id)
+
+
+def chunk_ended(job_id: uuid.UUID, lane: str, settings: Any) -> None:
+    """A chunk of the job ended (finished, failed, cancelled): finalize the job if it was
+    the last, and give the slot it freed on its lane to the next waiting chunk (on the
+    worker's refill thread: this worker's own next chunk already waits in the broker)."""
+    settle(job_id, settings)
+    refill_soon(settings, lane)
 
 
 def _claim(hostname: str | None, chunk_id: int, stage: str) -> Work | None:

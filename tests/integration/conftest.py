@@ -19,6 +19,22 @@ def _services(services, settings, migrated) -> None:
     quiesce(settings, unacked=True)
 
 
+@pytest.fixture
+def no_worker_up(settings) -> None:
+    """No worker process counts as up (earlier tests register some, and a worker serving a
+    lane widens its fair-share window): each lane's window is LANEWAY_MIN_WINDOW."""
+    from sqlalchemy import update
+
+    from db.common import utcnow
+    from db.models import Worker
+    from db.session import session_scope
+
+    with session_scope(settings) as session:
+        session.execute(
+            update(Worker).where(Worker.stopped_at.is_(None)).values(stopped_at=utcnow())
+        )
+
+
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 

@@ -10,6 +10,7 @@ import uuid
 from collections import Counter
 from datetime import timedelta
 
+import pytest
 import redis
 from sqlalchemy import select
 
@@ -19,6 +20,8 @@ from db.session import session_scope
 from jobs import chunks, fairshare
 from jobs.lifecycle import LaneFull, admit, cancel_job, retry_dead_letters
 from tests.factories import stored_job
+
+pytestmark = pytest.mark.usefixtures("no_worker_up")
 
 
 def held_job(settings, n_chunks: int, *, chunk_size: int = 4, account_type: str = "standard"):

@@ -26,6 +26,8 @@ from tests.integration.conftest import auth
 from tests.integration.test_fairshare import finish_in_flight, serve
 from tests.integration.test_pages import BASE, _login
 
+pytestmark = pytest.mark.usefixtures("no_worker_up")
+
 
 def held_job(settings, account_id: int, n_chunks: int, chunk_size: int = 4) -> str:
     """A cpu job of the account as submission stores it: every chunk held."""

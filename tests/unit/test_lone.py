@@ -4,6 +4,7 @@ torch's vectors, only where it applies, and torch's forward kept wherever it fai
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 
@@ -155,7 +156,8 @@ def test_a_session_that_disagrees_with_torch_is_not_used(fp32_lone, caplog):
     wrong = lambda inputs: -fp32_lone._pooled(inputs)  # noqa: E731 - a wrong graph's vectors
     with caplog.at_level(logging.WARNING, logger="inference.lone"):
         assert OnnxSingleText.build(fp32_lone.model, 2, wrong) is None
-    assert "ONNX Runtime agreed to cosine -1.0000000 only" in caplog.text
+    # The negated vectors' cosine, -1 to float32's rounding (-1.0000001 on some CPUs).
+    assert re.search(r"ONNX Runtime agreed to cosine -(1\.0000\d*|0\.9999\d*) only", caplog.text)
 
 
 def test_a_model_that_does_not_export_keeps_torch(caplog):
