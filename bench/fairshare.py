@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 import uuid
+from itertools import pairwise
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,6 +232,31 @@ def alone(port: int, n: int, task: str) -> dict:
         "seconds": round(seconds, 2),
         "items_per_s": round(n / seconds, 1),
         "status": status(job),
+        **between_chunks(job),
+    }
+
+
+def between_chunks(job_id: str) -> dict:
+    """The worker's time from one chunk's end to the next one's start (its claim), and
+    each chunk's own run, in ms: what the lane spends outside the chunks themselves."""
+    from sqlalchemy import select
+
+    from db.models import Chunk
+
+    with session() as s:
+        rows = s.execute(
+            select(Chunk.started_at, Chunk.finished_at)
+            .where(Chunk.job_id == uuid.UUID(job_id), Chunk.state == "done")
+            .order_by(Chunk.started_at)
+        ).all()
+    gaps = sorted((b.started_at - a.finished_at).total_seconds() for a, b in pairwise(rows))
+    runs = [(r.finished_at - r.started_at).total_seconds() for r in rows]
+    if not gaps:
+        return {}
+    return {
+        "gap_ms_median": round(1000 * gaps[len(gaps) // 2], 1),
+        "gap_ms_mean": round(1000 * sum(gaps) / len(gaps), 1),
+        "run_ms_mean": round(1000 * sum(runs) / len(runs), 1),
     }
 
 
