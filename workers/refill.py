@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from core.config.settings import Settings
@@ -25,7 +26,15 @@ _executor: ThreadPoolExecutor | None = None
 _owner = 0  # the pid that made the executor: a forked child makes its own
 
 
+# Seconds the refill thread lets the worker have first: time to acknowledge its chunk and
+# claim its next one, Python work that would otherwise take turns on the GIL with the
+# refill's; by then the worker is in the model, which runs without the GIL. The window's
+# spare chunk per worker covers the wait many times over.
+HEAD_START = 0.05
+
+
 def _run(settings: Settings, lane: str) -> None:
+    time.sleep(HEAD_START)
     with _lock:
         _pending.discard(lane)  # a refill asked for from now on reads what this one wrote
     fairshare.safe_refill(settings, lane)
