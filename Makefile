@@ -96,7 +96,8 @@ demo: install
 # markers; a test that starts a process unmarked fails). `make test` still runs every test.
 # Both spread the tests over TEST_WORKERS processes (pytest-xdist; docs/testing.md): each is
 # a run of its own, with its own database and Redis index. `make test` hands out whole files
-# (--dist loadfile), so that the tests sharing a module's fleet start it once; then the
+# (--dist loadfile), so that the tests sharing a module's fleet start it once, the longest
+# files first (--no-loadscope-reorder keeps tests/conftest.py's order); then the
 # tests marked `alone` (they stop a service every run shares) with nothing beside them. An
 # exit status of 5 (PYTEST_ARGS selected none of them) is no failure.
 TEST_WORKERS ?= 2
@@ -108,7 +109,8 @@ check: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not e2e and not slow" $(PYTEST_ARGS)
 
 test: install lint $(COMPOSE) $(KUBE_VALIDATE) kubectl chromium nginx prometheus docs
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		-m "not alone" $(PYTEST_ARGS)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m alone $(PYTEST_ARGS) || test $$? -eq 5
 
 # The documentation site (mkdocs.yml) into var/site (git-ignored). --strict fails the build,

@@ -129,6 +129,43 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         drop_database(str(_state["db_name"]))
 
 
+# `make test` hands whole files to its xdist workers in collection order (`--dist loadfile
+# --no-loadscope-reorder`), each worker taking the next file as it runs out: the longest
+# files go first and the unit tests, many and short, last, so that both workers run out of
+# work together rather than one idling while the other runs a long file last. The files
+# that run longest, longest first (`--durations`), then each folder, the slowest first.
+LONGEST_FILES = (
+    "tests/e2e/test_gpu_lane.py",
+    "tests/e2e/test_calibrate_plan.py",
+    "tests/faults/test_redis_flushed.py",
+    "tests/e2e/test_die_together.py",
+    "tests/e2e/test_tracing.py",
+    "tests/faults/test_worker_killed.py",
+    "tests/faults/test_poison.py",
+    "tests/e2e/test_interactive_under_load.py",
+    "tests/faults/test_postgres_restarted.py",
+    "tests/faults/test_second_beat.py",
+)
+FOLDERS_SLOWEST_FIRST = ("tests/e2e/", "tests/faults/", "tests/integration/", "tests/unit/")
+
+
+def run_order(nodeid: str) -> tuple[int, int]:
+    """Where a test's file comes in `make test`'s order (a file's tests keep theirs)."""
+    path = nodeid.split("::", 1)[0]
+    if path in LONGEST_FILES:
+        return 0, LONGEST_FILES.index(path)
+    folder = next((i for i, f in enumerate(FOLDERS_SLOWEST_FIRST) if path.startswith(f)), 99)
+    return 1, folder
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first in an xdist worker (every worker sorts alike, so their
+    collections agree); a run in one process keeps the collection's order (testpaths: the
+    fast, in-process tests first)."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: run_order(item.nodeid))  # stable: files stay whole
+
+
 @pytest.fixture(scope="session")
 def services() -> None:
     """This run's database (created here, on first use) and its Redis index (emptied here):

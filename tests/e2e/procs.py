@@ -8,7 +8,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -83,6 +84,18 @@ def stop_started_since(count: int) -> None:
     del STARTED[count:]
 
 
+@contextmanager
+def all_or_none() -> Iterator[None]:
+    """Processes started together: those started inside are stopped if anything inside
+    fails (a fixture's own teardown never runs then)."""
+    count = len(STARTED)
+    try:
+        yield
+    except BaseException:
+        stop_started_since(count)
+        raise
+
+
 def wait_for(
     predicate: Callable[[], object],
     timeout: float,
@@ -129,18 +142,35 @@ def wait_healthy(url: str, procs, timeout: float = 90) -> None:
 
 
 def start_worker(
-    name: str, argv: list[str], logdir: Path, env=None, models: bool = True, log_name=None
+    name: str,
+    argv: list[str],
+    logdir: Path,
+    env=None,
+    models: bool = True,
+    log_name=None,
+    wait: bool = True,
 ) -> Proc:
     """Start a worker and wait until it answers a ping (and, if it runs models, has loaded
-    them). `name` is its node name before @host; `log_name` tells its log apart."""
+    them). `name` is its node name before @host; `log_name` tells its log apart. Without
+    `wait`, `wait_ready` waits for it, so that processes started together load side by side."""
     proc = Proc(log_name or name, argv, logdir, env)
-    try:
-        wait_for(worker_ready(proc, f"{name}@{socket.gethostname()}", models), 120,
-                 f"worker {name}", [proc])  # fmt: skip
-    except BaseException:
-        proc.stop()
-        raise
+    if wait:
+        wait_ready({proc: name}, models)
     return proc
+
+
+def wait_ready(workers: dict[Proc, str], models: bool = True) -> None:
+    """Wait until every worker (each with its node name before @host) is ready as
+    `start_worker` waits for one; stop them all when one is not."""
+    host = socket.gethostname()
+    checks = [worker_ready(proc, f"{name}@{host}", models) for proc, name in workers.items()]
+    try:
+        wait_for(lambda: all(check() for check in checks), 120,
+                 f"worker {', '.join(workers.values())}", list(workers))  # fmt: skip
+    except BaseException:
+        for proc in workers:
+            proc.stop()
+        raise
 
 
 def worker_ready(proc: Proc, node: str, models: bool = True) -> Callable[[], bool]:

@@ -9,7 +9,15 @@ import json
 import pytest
 
 from inference.precision import choose, runtime_label
-from tests.e2e.procs import BIN, http, start_web, start_worker, wait_for
+from tests.e2e.procs import (
+    BIN,
+    all_or_none,
+    http,
+    start_web,
+    start_worker,
+    wait_for,
+    wait_ready,
+)
 from tests.tiny_models import make_seqcls_model, make_token_model
 
 pytestmark = pytest.mark.e2e
@@ -56,8 +64,11 @@ def registry_env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fleet(migrated, registry_env, tmp_path_factory):
     logdir = tmp_path_factory.mktemp("models-logs")
-    web, url = start_web(logdir, registry_env)
-    worker = start_worker("cpu", [str(BIN / "laneway"), "worker", "cpu"], logdir, env=registry_env)
+    argv = [str(BIN / "laneway"), "worker", "cpu"]
+    with all_or_none():
+        worker = start_worker("cpu", argv, logdir, env=registry_env, wait=False)
+        web, url = start_web(logdir, registry_env)  # while the worker loads its models
+        wait_ready({worker: "cpu"})
     yield url, worker
     worker.stop()
     web.stop()

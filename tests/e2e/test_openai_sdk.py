@@ -19,7 +19,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from inference.encoder import default_model_path
-from tests.e2e.procs import BIN, http, start_web, start_worker
+from tests.e2e.procs import BIN, all_or_none, http, start_web, start_worker, wait_ready
 from tests.faults.harness import cpu_worker
 
 pytestmark = pytest.mark.e2e
@@ -43,10 +43,12 @@ def server(tmp_path_factory, settings, migrated):
 
     empty_queues(settings)
     logdir = tmp_path_factory.mktemp("openai-sdk")
-    web, url = start_web(logdir, env=WEB_ENV)
     argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "openai-sdk"]
-    interactive = start_worker("openai-sdk", argv, logdir)
-    batch = cpu_worker(logdir, "cpu-openai-sdk")
+    with all_or_none():
+        interactive = start_worker("openai-sdk", argv, logdir, wait=False)
+        batch = cpu_worker(logdir, "cpu-openai-sdk", wait=False)
+        web, url = start_web(logdir, env=WEB_ENV)  # while the workers load their models
+        wait_ready({interactive: "openai-sdk", batch: "cpu"})
     LOGS["interactive"] = interactive.log
     yield url
     for proc in (batch, interactive, web):

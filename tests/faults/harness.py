@@ -20,6 +20,10 @@ from tests.e2e.procs import BIN, Proc, start_worker, wait_for
 # reconciler every 5 s. A job must complete within two minutes once a worker runs again.
 FAST = {"LANEWAY_CHUNK_TIMEOUT": "30", "LANEWAY_RECONCILE_INTERVAL": "5"}
 RECOVERY_DEADLINE = 120
+# A worker that stops beating counts as dead after three missed heartbeats and 5 s: 11 s at
+# a 2 s heartbeat, not the default's 20 s, which every test that kills one waits out. Every
+# process of such a test gets it (the reconciler judges by its own setting).
+QUICK_DEATH = {"LANEWAY_WORKER_HEARTBEAT": "2"}
 LONG_TEXT = " ".join(["the parcel arrived late and the box was crushed again"] * 25)
 FINAL = ("succeeded", "partial", "failed", "cancelled")
 

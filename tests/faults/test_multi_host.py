@@ -34,6 +34,7 @@ from tests.e2e.procs import BIN, Proc, wait_for, worker_ready
 from tests.faults import netns
 from tests.faults.harness import (
     FAST,
+    QUICK_DEATH,
     assert_exactly_one_result_each,
     beat,
     events,
@@ -45,10 +46,10 @@ from tests.faults.harness import (
 
 pytestmark = pytest.mark.e2e
 
-# Dead after 3 missed heartbeats + 5 s: 11 s at 2 s (the default 5 s gives 20 s). The cut
-# host holds its chunk through the cut, the take-over and the rest of the job: a 120 s
-# chunk limit keeps its time limits out of the way (the 30 s of FAST would end it early).
-ENV = {**FAST, "LANEWAY_WORKER_HEARTBEAT": "2", "LANEWAY_CHUNK_TIMEOUT": "120"}
+# The cut host's worker counts as dead soon (QUICK_DEATH). The cut host holds its chunk
+# through the cut, the take-over and the rest of the job: a 120 s chunk limit keeps its time
+# limits out of the way (the 30 s of FAST would end it early).
+ENV = {**FAST, **QUICK_DEATH, "LANEWAY_CHUNK_TIMEOUT": "120"}
 # Twelve chunks of 16; the second (items 16-31) is held on whichever host takes it.
 ITEMS, STALLED = 192, 24
 

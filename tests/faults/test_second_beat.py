@@ -12,6 +12,7 @@ import pytest
 from tests.e2e.procs import BIN, start_worker
 from tests.faults.harness import (
     FAST,
+    QUICK_DEATH,
     RECOVERY_DEADLINE,
     assert_exactly_one_result_each,
     beat,
@@ -29,20 +30,23 @@ def test_two_beats_recover_a_killed_worker_once(settings, migrated, account_fact
     account, _ = account_factory("trial")
     job_id = submit(settings, account, 64)  # 4 chunks of 16
     # Each beat keeps its own schedule file under its own LANEWAY_HOME.
-    beats = [beat(tmp_path, f"beat{i}", {"LANEWAY_HOME": str(tmp_path / f"b{i}")}) for i in (1, 2)]
+    beats = [
+        beat(tmp_path, f"beat{i}", {**QUICK_DEATH, "LANEWAY_HOME": str(tmp_path / f"b{i}")})
+        for i in (1, 2)
+    ]
     maintenance = start_worker(
         "maintenance",
         [str(BIN / "laneway"), "worker", "maintenance", "-c", "2"],
         tmp_path,
-        env=FAST,
+        env={**FAST, **QUICK_DEATH},
         models=False,
     )
-    victim = cpu_worker(tmp_path, "victim")
+    victim = cpu_worker(tmp_path, "victim", env=QUICK_DEATH)
 
     killed_chunk = wait_running_chunk(settings, job_id, [victim])
     os.killpg(victim.proc.pid, signal.SIGKILL)
     victim.proc.wait()
-    survivor = cpu_worker(tmp_path, "survivor")
+    survivor = cpu_worker(tmp_path, "survivor", env=QUICK_DEATH)
     procs = [*beats, maintenance, survivor]
     try:
         status = wait_final(settings, job_id, RECOVERY_DEADLINE, procs)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.faults.harness import (
+    QUICK_DEATH,
     RECOVERY_DEADLINE,
     assert_exactly_one_result_each,
     beat,
@@ -28,14 +29,15 @@ def test_sigkill_mid_chunk_loses_nothing(lanes, migrated, account_factory, tmp_p
     settings = lanes
     account, _ = account_factory("trial")
     job_id = submit(settings, account, 48)  # 3 chunks of 16
-    victim = cpu_worker(tmp_path, "victim")
+    victim = cpu_worker(tmp_path, "victim", env=QUICK_DEATH)
 
     killed_chunk = wait_running_chunk(settings, job_id, [victim])
     os.killpg(victim.proc.pid, signal.SIGKILL)  # parent and child: no warm shutdown
     victim.proc.wait()
 
-    scheduler = beat(tmp_path)
-    survivor = cpu_worker(tmp_path, "survivor")  # the same node name, a new process
+    scheduler = beat(tmp_path, env=QUICK_DEATH)
+    # The same node name, a new process.
+    survivor = cpu_worker(tmp_path, "survivor", env=QUICK_DEATH)
     started = time.monotonic()
     try:
         status = wait_final(settings, job_id, RECOVERY_DEADLINE, [survivor, scheduler])
