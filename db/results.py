@@ -11,6 +11,7 @@ from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
 from core.util import pricing
+from core.util.jsoncodec import dumps
 from db.common import UNSETTLED_CHUNK_STATES, record_event, utcnow
 from db.models import FINAL_JOB_STATUSES, Chunk, Job, Result
 
@@ -21,10 +22,49 @@ def job_settled(session: Session, job_id: uuid.UUID) -> bool:
     return not session.scalar(select(open_chunk))
 
 
+COPY_RESULTS = "COPY results (job_id, idx, item_id, label, output, error) FROM STDIN"
+
+
 def upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, Any]]) -> None:
     """Insert or overwrite results by (job, idx): a redelivered chunk never duplicates one."""
     if not rows:
         return
+    if session.connection().dialect.name == "postgresql" and copy_results(session, job_id, rows):
+        return
+    _upsert_results(session, job_id, rows)
+
+
+def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, Any]]) -> bool:
+    """The rows by one `COPY` when none of their items has a result yet (a chunk's first
+    finish, nearly always), in a savepoint; False, nothing written, when one has (a retried
+    dead letter, a redelivery): then only an upsert can overwrite it.
+
+    `COPY` costs the worker less than a statement per row (SQLAlchemy's and psycopg's work
+    per row and parameter); Postgres' own work is the same.
+    """
+    import psycopg
+
+    nested = session.begin_nested()
+    cursor = session.connection().connection.driver_connection.cursor()
+    try:
+        with cursor.copy(COPY_RESULTS) as copy:
+            for row in rows:
+                # dumps(None): a failed item's output is JSON's null, as the ORM stores it.
+                copy.write_row(
+                    (job_id, row["idx"], row["item_id"], row["label"], dumps(row["output"]),
+                     row["error"])
+                )  # fmt: skip
+    except psycopg.errors.UniqueViolation:
+        nested.rollback()
+        return False
+    finally:
+        cursor.close()
+    nested.commit()
+    return True
+
+
+def _upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, Any]]) -> None:
+    """`INSERT ... ON CONFLICT DO UPDATE` of every row (SQLite, and Postgres' overwrites)."""
     dialect = session.connection().dialect.name
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as dialect_insert

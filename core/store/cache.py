@@ -26,7 +26,7 @@ import redis
 
 from core.config.settings import Settings
 from core.store.redis_conn import redis_client
-from core.util.jsoncodec import dumps
+from core.util.jsoncodec import dumps, dumps_bytes
 
 log = logging.getLogger(__name__)
 PREFIX = "laneway:cache:"
@@ -60,10 +60,20 @@ def task_identity(settings: Settings, task: str, labels: Sequence[str], scope: s
 
 
 def cache_key(identity: str, text: str) -> str:
-    digest = hashlib.sha256(identity.encode())
-    digest.update(b"\x00")
-    digest.update(text.encode("utf-8", "surrogatepass"))
-    return PREFIX + digest.hexdigest()
+    return keyed(identity)(text)
+
+
+def keyed(identity: str) -> Callable[[str], str]:
+    """`cache_key` for one identity and many texts: the identity is hashed once."""
+    seed = hashlib.sha256(identity.encode())
+    seed.update(b"\x00")
+
+    def key(text: str) -> str:
+        digest = seed.copy()
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        return PREFIX + digest.hexdigest()
+
+    return key
 
 
 def unique(texts: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -95,8 +105,8 @@ class ResultCache:
         return self.redis is not None
 
     def _keys(self, tasks: Sequence[str], labels: Sequence[str], texts: Sequence[str]):
-        ids = {t: task_identity(self.settings, t, labels, self.scope or "") for t in tasks}
-        return [[cache_key(ids[t], text) for t in tasks] for text in texts]
+        keys = [keyed(task_identity(self.settings, t, labels, self.scope or "")) for t in tasks]
+        return [[key(text) for key in keys] for text in texts]
 
     def get(
         self, tasks: Sequence[str], labels: Sequence[str], texts: Sequence[str]
@@ -132,15 +142,20 @@ class ResultCache:
     ) -> None:
         if self.redis is None or not texts:
             return
-        keys = self._keys(tasks, labels, texts)
+        keys: list[str] = []
+        values: list[bytes] = []
+        for row, out in zip(self._keys(tasks, labels, texts), outputs, strict=True):
+            if not isinstance(out, dict):  # a failure is never cached
+                continue
+            for task, key in zip(tasks, row, strict=True):
+                keys.append(key)
+                values.append(dumps_bytes({f: out[f] for f in TASK_FIELDS[task] if f in out}))
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for row, out in zip(keys, outputs, strict=True):
-                if not isinstance(out, dict):  # a failure is never cached
-                    continue
-                for task, key in zip(tasks, row, strict=True):
-                    part = {f: out[f] for f in TASK_FIELDS[task] if f in out}
-                    pipe.set(key, dumps(part), ex=self.ttl)
+            for key, value in zip(keys, values, strict=True):
+                # execute_command: `set`'s checks of its optional arguments cost more
+                # than packing the command.
+                pipe.execute_command("SET", key, value, "EX", self.ttl)
             pipe.execute()
         except redis.RedisError as exc:
             log.warning("result cache unavailable: %s", type(exc).__name__)

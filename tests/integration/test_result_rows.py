@@ -56,3 +56,37 @@ def test_an_embed_chunk_stores_each_vector_rounded_to_six_places(settings, migra
         assert len(vector) == len(row) == 384
         assert all(v == round(v, 6) for v in vector)  # six places, as before
         assert vector == pytest.approx(row, abs=2e-6)
+
+
+def test_a_second_write_overwrites_by_item_whichever_way_the_first_went(settings, migrated):
+    """The first write of a chunk's rows goes by COPY on Postgres; a second one (a retried
+    dead letter, a redelivery) that meets an item already written overwrites by upsert,
+    its new items included, and a failed item reads back the same either way."""
+    from sqlalchemy import text
+
+    job_id, _ = stored_job(settings, ["a", "b", "c"], prefix="w")
+    first = [
+        {"idx": 0, "item_id": "w0", "label": None, "output": None, "error": "boom"},
+        {"idx": 1, "item_id": "w1", "label": "x", "output": {"label": "x"}, "error": None},
+    ]
+    again = [
+        {"idx": 1, "item_id": "w1", "label": "y", "output": {"label": "y"}, "error": None},
+        {"idx": 2, "item_id": "w2", "label": None, "output": None, "error": "bang"},
+    ]
+    with session_scope(settings) as session:
+        upsert_results(session, job_id, first)
+    with session_scope(settings) as session:
+        upsert_results(session, job_id, again)
+    with session_scope(settings) as session:
+        found = session.execute(
+            text(
+                "SELECT idx, label, CAST(output AS TEXT), error FROM results"
+                " WHERE job_id = :job ORDER BY idx"
+            ),
+            {"job": job_id},
+        ).all()
+    assert [tuple(r) for r in found] == [
+        (0, None, "null", "boom"),
+        (1, "y", '{"label":"y"}', None),
+        (2, None, "null", "bang"),
+    ]
