@@ -18,9 +18,12 @@ pytestmark = pytest.mark.e2e
 
 
 def test_cancel_stops_the_running_chunk_between_micro_batches(
-    lanes, migrated, account_factory, request, tmp_path
+    lanes, migrated, account_factory, shared_web, tmp_path
 ):
-    """On either broker of the batch lanes (the web app with it: RabbitMQ needs its own)."""
+    """On either broker of the batch lanes (the web app with it: RabbitMQ needs its own).
+    `shared_web` is an argument on both, not looked up in the test: a package's fixture
+    started inside a test would be stopped by `quiet` as the test's own process, and the
+    next test to share it would find it gone."""
     settings = lanes
     account, key = account_factory("trial")
     # Chunks of 60 long texts, one text per micro-batch: a chunk runs for seconds.
@@ -29,7 +32,7 @@ def test_cancel_stops_the_running_chunk_between_micro_batches(
     if settings.broker_is_rabbitmq:
         own_web = web, url = start_web(tmp_path)
     else:
-        own_web, (web, url) = None, request.getfixturevalue("shared_web")
+        own_web, (web, url) = None, shared_web
     worker = cpu_worker(tmp_path, "cpu-cancel", env={"LANEWAY_BATCH_SIZE": "1"})
     try:
 
