@@ -50,9 +50,10 @@ def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, A
         with cursor.copy(COPY_RESULTS) as copy:
             for row in rows:
                 # dumps(None): a failed item's output is JSON's null, as the ORM stores it.
+                # A row may leave out what it has not (a label, an error), as for the upsert.
                 copy.write_row(
-                    (job_id, row["idx"], row["item_id"], row["label"], dumps(row["output"]),
-                     row["error"])
+                    (job_id, row["idx"], row["item_id"], row.get("label"),
+                     dumps(row.get("output")), row.get("error"))
                 )  # fmt: skip
     except psycopg.errors.UniqueViolation:
         nested.rollback()
