@@ -557,10 +557,9 @@ def main(argv: list[str] | None = None) -> dict:
         release_redis_index(index)
         if not args.keep:
             shutil.rmtree(logdir, ignore_errors=True)
-    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+    from bench.latency import finish
+
+    finish(report, args.json)
     return report
 
 

@@ -406,10 +406,9 @@ def main(argv: list[str] | None = None) -> dict:
             + report["baseline_alone_after"]["items_per_s"]
         ) / 2
         report["alone_against_baseline"] = round(report["alone"]["items_per_s"] / base, 3)
-    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+    from bench.latency import finish
+
+    finish(report, args.json)
     return report
 
 

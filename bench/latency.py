@@ -465,7 +465,8 @@ def main() -> None:
 
 
 def finish(report: dict, out: str | None) -> None:
-    report["load_average_end"] = os.getloadavg()
+    """The run's end: its load average into the report, printed, and written to `out`."""
+    report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=1))
     if out:
         Path(out).write_text(json.dumps(report, indent=1))

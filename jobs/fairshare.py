@@ -287,11 +287,14 @@ def recent_rate(session: Session, lane: str) -> float | None:
     return items / (last - first).total_seconds()
 
 
-def lane_board(session: Session, settings: Settings, lane: str) -> LaneBoard:
-    """The lane's window, and each account with work on it: in flight, waiting, share."""
+def lane_board(
+    session: Session, settings: Settings, lane: str, rows: list[Any] | None = None
+) -> LaneBoard:
+    """The lane's window, and each account with work on it: in flight, waiting, share.
+    `rows`: the lane's waiting jobs (`_waiting`), when the caller has read them already."""
     flying = _in_flight(session, lane)
     waiting: dict[int, int] = defaultdict(int)
-    for row in _waiting(session, lane):
+    for row in _waiting(session, lane) if rows is None else rows:
         if row.status in SERVED_JOB_STATUSES:
             waiting[row.account_id] += int(row.held_items or 0)
     ids = set(flying) | set(waiting)
@@ -330,10 +333,11 @@ def job_place(session: Session, settings: Settings, job: Job) -> dict[str, Any] 
     ).one()
     if not mine[0] or job.status not in SERVED_JOB_STATUSES:
         return None
-    board = lane_board(session, settings, job.lane)
+    rows = _waiting(session, job.lane)
+    board = lane_board(session, settings, job.lane, rows)
     older = [
         row
-        for row in _waiting(session, job.lane)
+        for row in rows
         if row.account_id == job.account_id
         and (row.created_at, str(row.id)) < (job.created_at, str(job.id))
     ]
