@@ -298,6 +298,13 @@ def main() -> None:
     parser.add_argument("--texts", default="messages", help="comma list of: messages, peers")
     parser.add_argument("--peers", default="", help="comma list of the harness's systems")
     parser.add_argument("--peers-model", default="/tmp/peers/model/all-MiniLM-L6-v2")
+    parser.add_argument(
+        "--bare-texts",
+        type=int,
+        default=4000,
+        help="the bare model's texts, half before and half after the idle levels "
+        "(0: no bare model, as `laneway calibrate` runs it: it reads the levels only)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
@@ -385,9 +392,12 @@ def main() -> None:
     try:
         # The baseline at the best precision this device computes (the fleet's auto rule).
         precision = choose("auto", "cpu").precision
-        bare = Bare(args.threads, LABELS, [16, 32, 64], load_texts(1000), variant=precision)
-        texts = load_texts(4000)
-        bare.run(texts[:2000])  # the other half after the idle levels: they are bracketed
+        bare, texts = None, load_texts(max(args.bare_texts, 0))
+        if texts:
+            probe = texts[:1000]
+            bare = Bare(args.threads, LABELS, [16, 32, 64], probe, variant=precision)
+            # The other half after the idle levels: they are bracketed.
+            bare.run(texts[: len(texts) // 2])
 
         with session_scope(settings) as session:
             account, key = create_account(session, f"latency-{uuid.uuid4().hex[:6]}", "trial")
@@ -399,11 +409,12 @@ def main() -> None:
         target = Laneway(args.port, key, args.task)
         serving, pids = start_laneway()
         report["idle"] = levels_for(target, pids, "laneway idle")
-        bare.run(texts[2000:])
-        report["bare_items_per_s"] = round(bare.items / bare.seconds, 1)
-        report["bare_batch_size"] = bare.batch_size
-        report["bare_precision"] = precision
-        del bare
+        if bare is not None:
+            bare.run(texts[len(texts) // 2 :])
+            report["bare_items_per_s"] = round(bare.items / bare.seconds, 1)
+            report["bare_batch_size"] = bare.batch_size
+            report["bare_precision"] = precision
+            del bare
 
         if peers:
             # Each peer alone on the machine: Laneway's processes stop first.

@@ -323,7 +323,8 @@ def calibrate(
     say(f"interactive: bench/latency.py, {seconds:g} s at {levels} clients")
     out = work / "latency.json"
     argv = ["bench/latency.py", "--seconds", str(seconds), "--levels", levels, "--task", task,
-            "--batch-items", "0", "--threads", str(threads), "--out", str(out)]  # fmt: skip
+            "--batch-items", "0", "--bare-texts", "0", "--threads", str(threads),
+            "--out", str(out)]  # fmt: skip
     latency, _ = run_bench(argv, redis_url, out, timeout=3600)
     interactive, levels_measured = interactive_figures(latency, threads)
     return {

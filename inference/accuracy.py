@@ -2,16 +2,26 @@
 
 `load_checked` loads a reduced-precision model only after it agreed with an fp32 copy on a
 small packaged sample (TOLERANCE); otherwise the worker runs in fp32 and its log says why.
+
+The check costs two forwards over the sample besides the loads, on every worker start. Its
+verdict depends only on the model's files, the precision, the device, the software and the
+sample, so `Verdicts` keeps it in a folder (LANEWAY_HOME/precision-checks): a worker that
+starts again on the same machine with the same model files reads it instead of repeating
+the check (what a restart or a scale-up from zero waits for), and any change of those
+inputs makes another key, checked anew.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,9 +52,13 @@ class Sample:
     labels: list[str]  # the zero-shot label set, in first-seen order
 
 
+def _sample_text() -> str:
+    return resources.files("inference").joinpath("data/precision_sample.jsonl").read_text("utf-8")
+
+
 def load_sample() -> Sample:
     """The packaged sample (inference/data/precision_sample.jsonl): texts and their labels."""
-    raw = resources.files("inference").joinpath("data/precision_sample.jsonl").read_text("utf-8")
+    raw = _sample_text()
     rows = [json.loads(line) for line in raw.splitlines() if line.strip()]
     labels = list(dict.fromkeys(row["label"] for row in rows))
     return Sample([row["text"] for row in rows], labels)
@@ -117,18 +131,102 @@ def compare(want: dict[str, torch.Tensor], got: dict[str, torch.Tensor], tol: To
     return Verdict(not failures, measures, failures)
 
 
+def device_identity(device: str) -> dict[str, Any]:
+    """What a device computes with, as far as a precision's arithmetic goes: a CPU's
+    instruction sets (torch's cpuinfo), a GPU's name and compute capability."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        index = torch.device(device).index or 0
+        return {
+            "cuda": torch.cuda.get_device_name(index),
+            "capability": list(torch.cuda.get_device_capability(index)),
+        }
+    return {"cpu": {k: v for k, v in sorted(torch.cpu.get_capabilities().items()) if v}}
+
+
+def files_identity(path: str) -> list[list[Any]]:
+    """Each file under a model's folder (a file itself when it is one): its name, size
+    and modification time, enough to see weights replaced in place."""
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    out = []
+    for file in files:
+        stat = file.stat()
+        out.append([str(file.relative_to(root)) if root.is_dir() else file.name,
+                    stat.st_size, stat.st_mtime_ns])  # fmt: skip
+    return out
+
+
+class Verdicts:
+    """The check's verdicts, one small JSON file each in `folder`, named by a hash of
+    everything the verdict depends on (`key`). A folder that cannot be read or written
+    only means the check runs every time."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    @staticmethod
+    def key(model_path: str, precision: str, device: str, anchors: Sequence[str],
+            tolerance: Tolerance, **settings: Any) -> str:  # fmt: skip
+        import transformers
+
+        inputs = {
+            "files": files_identity(model_path),
+            "model": str(Path(model_path).resolve()),
+            "precision": precision,
+            "device": device_identity(device),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "sample": hashlib.sha256(_sample_text().encode()).hexdigest(),
+            "anchors": list(anchors),
+            "tolerance": asdict(tolerance),
+            "settings": settings,
+        }
+        blob = json.dumps(inputs, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.folder / f"{key}.json"
+
+    def get(self, key: str) -> Verdict | None:
+        try:
+            raw = json.loads(self._path(key).read_text())
+            return Verdict(bool(raw["ok"]), dict(raw["measures"]), list(raw["failures"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # none kept, or unreadable: the check runs
+
+    def put(self, key: str, verdict: Verdict) -> None:
+        """Written whole or not at all (a temporary file renamed), so that two workers
+        starting together never read half a verdict."""
+        path = self._path(key)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(asdict(verdict)))
+            tmp.replace(path)
+        except OSError as error:
+            log.debug("precision verdict not kept in %s: %s", self.folder, error)
+
+
 def load_checked(
     build: Callable[[str], Any],
     precision: str,
     anchors: Sequence[str],
     name: str = "model",
     tolerance: Tolerance = TOLERANCE,
+    verdicts: Verdicts | None = None,
+    key: str = "",
 ) -> Any:
     """`build(precision)` if it agrees with `build("fp32")` on the packaged sample, else the
     fp32 model, with a WARNING saying why. The fp32 copy is dropped once compared, except
-    by an Encoder, which keeps it for its fixed texts (Encoder.fixed_encoder)."""
+    by an Encoder, which keeps it for its fixed texts (Encoder.fixed_encoder). With
+    `verdicts` and a `key` (Verdicts.key), a verdict kept there is used instead of the
+    check, and a new one is kept."""
     if precision == "fp32":
         return build("fp32")
+    known = verdicts.get(key) if verdicts is not None and key else None
+    if known is not None:
+        return _as_known(build, precision, name, known, verdicts)
     started = time.perf_counter()
     sample = load_sample()
     reference = build("fp32")
@@ -138,6 +236,8 @@ def load_checked(
         reduced.fixed_encoder = reference
     verdict = compare(want, outputs(reduced, sample, anchors), tolerance)
     seconds = time.perf_counter() - started
+    if verdicts is not None and key:
+        verdicts.put(key, verdict)
     if verdict.ok:
         log.info(
             "%s: %s passed the precision check against fp32 on %s texts in %.2f s: %s",
@@ -149,3 +249,24 @@ def load_checked(
         name, precision, "; ".join(verdict.failures), verdict.measures,
     )  # fmt: skip
     return reference
+
+
+def _as_known(build: Callable[[str], Any], precision: str, name: str, known: Verdict,
+              verdicts: Verdicts) -> Any:  # fmt: skip
+    """The model as a kept verdict has it: the reduced one (with its fp32 twin for an
+    Encoder's fixed texts), or fp32 with the same WARNING as the check's."""
+    if not known.ok:
+        log.warning(
+            "%s: %s failed the precision check against fp32 (%s; %s, kept in %s); running "
+            "in fp32 instead",
+            name, precision, "; ".join(known.failures), known.measures, verdicts.folder,
+        )  # fmt: skip
+        return build("fp32")
+    reduced = build(precision)
+    if hasattr(reduced, "fixed_encoder"):
+        reduced.fixed_encoder = build("fp32")
+    log.info(
+        "%s: %s passed the precision check against fp32 (kept in %s): %s",
+        name, precision, verdicts.folder, known.measures,
+    )  # fmt: skip
+    return reduced

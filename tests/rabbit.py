@@ -2,17 +2,22 @@
 and deleted with rabbitmqctl (so runs never share queues), and the settings that name it.
 
 The node is shared by every run on the machine (LANEWAY_TEST_RABBITMQ, guest on
-127.0.0.1:5672 by default); a test that restarts it runs with the fault tests that restart
-shared services, alone."""
+127.0.0.1:5672 by default) and never stopped by a test: a test that restarts its broker
+starts a node of its own (`private_node`), so that it can run beside every other test."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
+import socket
 import subprocess
+import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -20,11 +25,13 @@ RABBITMQ = os.environ.get("LANEWAY_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1
 USER = "guest"
 
 
-def rabbitmqctl(*args: str, timeout: float = 60) -> str:
+def rabbitmqctl(*args: str, timeout: float = 60, node: str | None = None) -> str:
+    """rabbitmqctl against the shared node, or against `node` (a private one)."""
     if shutil.which("rabbitmqctl") is None:
         pytest.skip("rabbitmqctl is not on PATH: the RabbitMQ tests need a local node")
+    where = ["-n", node] if node else []
     done = subprocess.run(
-        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=timeout
+        ["rabbitmqctl", "-q", *where, *args], capture_output=True, text=True, timeout=timeout
     )
     if done.returncode:
         pytest.fail(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}", pytrace=False)
@@ -47,10 +54,96 @@ def vhost() -> Iterator[str]:
 def on_rabbitmq(settings, monkeypatch) -> Iterator:
     """Settings whose batch lanes run on a fresh vhost: the test process sends through an
     app built from them, and every process the test starts inherits LANEWAY_BROKER_URL."""
+    with vhost() as url:
+        yield on_broker(url, settings, monkeypatch)
+
+
+def on_broker(url: str, settings, monkeypatch):
+    """Settings whose batch lanes run on the broker at `url`, which the test process sends
+    through and every process the test starts inherits (LANEWAY_BROKER_URL)."""
     from core.queueing.celery_app import make_celery
 
-    with vhost() as url:
-        monkeypatch.setenv("LANEWAY_BROKER_URL", url)
-        rabbit = settings.replace(broker_url=url)
-        make_celery(rabbit)  # the process's default app: what dispatch sends through
-        yield rabbit
+    monkeypatch.setenv("LANEWAY_BROKER_URL", url)
+    rabbit = settings.replace(broker_url=url)
+    make_celery(rabbit)  # the process's default app: what dispatch sends through
+    return rabbit
+
+
+class Node:
+    """A RabbitMQ node of one test's own (`private_node`): stopped and started as a
+    service restart does, its data (durable queues and their messages) kept between."""
+
+    def __init__(self, logdir: Path, home: Path, start_timeout: float):
+        from tests.e2e.procs import free_port
+
+        self.logdir, self.home, self.start_timeout = logdir, home, start_timeout
+        self.port, dist = free_port(), free_port()
+        self.name = f"laneway-test-{uuid.uuid4().hex[:10]}@localhost"
+        self.url = f"amqp://{USER}:guest@127.0.0.1:{self.port}//"
+        (home / "rabbitmq.conf").write_text(f"listeners.tcp.local = 127.0.0.1:{self.port}\n")
+        self.env = {
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(dist),
+            "RABBITMQ_CONFIG_FILE": str(home / "rabbitmq.conf"),
+            "RABBITMQ_MNESIA_BASE": str(home / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(home / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(home / "enabled_plugins"),
+            "RABBITMQ_FEATURE_FLAGS_FILE": str(home / "feature_flags"),
+        }
+        self.proc = None
+        self.starts = 0
+
+    def start(self) -> None:
+        """Start the node and wait until it takes AMQP connections."""
+        from tests.e2e.procs import Proc
+
+        self.starts += 1
+        self.proc = Proc(f"rabbitmq-{self.starts}", ["rabbitmq-server"], self.logdir, self.env)
+        deadline = time.monotonic() + self.start_timeout
+        while not _answers(self.port):
+            if not self.proc.alive():
+                raise AssertionError(f"rabbitmq-server exited:\n{self.proc.tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"rabbitmq-server did not listen in {self.start_timeout} s")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        """Stop the whole node, as `systemctl stop rabbitmq-server` does, and wait for it."""
+        if self.proc is not None and self.proc.alive():
+            rabbitmqctl("stop", node=self.name)
+            self.proc.proc.wait(self.start_timeout)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def private_node(logdir: Path, start_timeout: float = 90) -> Iterator[Node]:
+    """A RabbitMQ node of this test's own (Debian's rabbitmq-server, as the machine's
+    service runs it), on free loopback ports, its data in a temporary folder of its own:
+    a test may stop and start it without touching any other run's broker.
+
+    rabbitmq-server runs as the `rabbitmq` user (Debian's wrapper switches to it when
+    started by root), so the node's folder is that user's; the node is stopped and its
+    folder removed at the end, whatever happened."""
+    if shutil.which("rabbitmq-server") is None:
+        pytest.skip("rabbitmq-server is not on PATH: this test starts a RabbitMQ node")
+    if os.geteuid() != 0:
+        pytest.skip("rabbitmq-server starts a node only for root or the rabbitmq user")
+    home = Path(tempfile.mkdtemp(prefix="laneway-rabbit-"))
+    user = pwd.getpwnam("rabbitmq")
+    os.chown(home, user.pw_uid, user.pw_gid)
+    node = Node(logdir, home, start_timeout)
+    try:
+        node.start()
+        yield node
+    finally:
+        if node.proc is not None:
+            node.proc.stop()
+        shutil.rmtree(home, ignore_errors=True)

@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _models: dict[tuple[Any, ...], Any] = {}
 _pipelines: dict[tuple[Any, ...], Any] = {}
+# Where the precision check's verdicts are kept, under LANEWAY_HOME (inference/accuracy.py).
+PRECISION_VERDICTS = "precision-checks"
 
 
 def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
@@ -29,7 +31,8 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
         if key not in _models:
             import torch
 
-            from inference.accuracy import load_checked
+            from inference.accuracy import TOLERANCE, Verdicts, load_checked
+            from inference.encoder import default_model_path
             from inference.precision import choose
 
             torch.set_num_threads(settings.torch_threads)
@@ -39,11 +42,24 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
                     "model %s: LANEWAY_PRECISION=%s, but %s: loading fp32",
                     spec.name, settings.precision, choice.fallback,
                 )  # fmt: skip
+            verdict_key = Verdicts.key(
+                spec.path or default_model_path(),
+                choice.precision,
+                device,
+                settings.score_anchors,
+                TOLERANCE,
+                kind=spec.kind,
+                labels=spec.labels,
+                max_length=_build_args(spec, settings, device, choice.precision)["max_length"],
+                batch_size=settings.batch_size,
+            )
             model = load_checked(
                 lambda precision: _build(spec, settings, device, precision),
                 choice.precision,
                 settings.score_anchors,
                 name=f"model {spec.name}",
+                verdicts=Verdicts(settings.home / PRECISION_VERDICTS),
+                key=verdict_key,
             )
             runtime = model.runtime
             if hasattr(model, "run_lone_texts") and is_interactive(worker_queues()):
@@ -63,9 +79,8 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
         return _models[key]
 
 
-def _build(spec: ModelSpec, settings: Settings, device: str, precision: str) -> Any:
-    """One registry entry's model class, loaded on `device` in `precision`."""
-    common = {
+def _build_args(spec: ModelSpec, settings: Settings, device: str, precision: str) -> dict:
+    return {
         "device": device,
         "max_length": min(spec.max_length, settings.max_length)
         if spec.kind == "embedding"
@@ -73,6 +88,11 @@ def _build(spec: ModelSpec, settings: Settings, device: str, precision: str) -> 
         "batch_size": settings.batch_size,
         "precision": precision,
     }
+
+
+def _build(spec: ModelSpec, settings: Settings, device: str, precision: str) -> Any:
+    """One registry entry's model class, loaded on `device` in `precision`."""
+    common = _build_args(spec, settings, device, precision)
     if spec.kind == "embedding":
         from inference import Encoder
 

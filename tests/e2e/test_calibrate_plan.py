@@ -7,6 +7,7 @@ reading it. What it checks is that each figure is measured and read, not its pre
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,8 @@ def test_calibrate_writes_a_profile_that_plan_reads(tmp_path: Path) -> None:
         [sys.executable, "-m", "fleet.cli", "calibrate", "--items", "100", "--seconds", "1",
          "--levels", "1,4", "--profile", str(path)],
         capture_output=True, text=True, cwd=ROOT, timeout=900,
+        # Every folder the benchmarks make (logs, reports) inside the test's own.
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     profile = profile_from_dict(json.loads(path.read_text()))
@@ -40,6 +43,7 @@ def test_calibrate_writes_a_profile_that_plan_reads(tmp_path: Path) -> None:
     assert 0 < inter.busy_share <= 1
     assert [x["clients"] for x in profile.measured["interactive"]["classify"]] == [1, 4]
     assert profile.machine["cores"] >= 1 and profile.machine["cpu"]
+    assert list(tmp_path.glob("laneway-calibrate-*/latency.json"))  # its work stayed here
 
     shown = CliRunner().invoke(
         cli,

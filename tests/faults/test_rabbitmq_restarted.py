@@ -1,11 +1,11 @@
-"""RabbitMQ, the batch lanes' broker, stops for 8 s mid-job and starts again (its
-application stopped and started, as a service restart does): workers and beat lose their
+"""RabbitMQ, the batch lanes' broker, stops for 8 s mid-job and starts again (the whole
+node stopped and started on its data, as a service restart does): workers and beat lose their
 connections and reconnect, and the job completes, each item with exactly one result.
 
 Unlike Redis without persistence, RabbitMQ comes back with its messages: the lanes' queues
 are durable quorum queues and every send waited for the broker's confirm. The node is
-shared, so this test stops every vhost on it (the test's own among them): it runs with the
-fault tests that restart shared services, alone."""
+the test's own (tests/rabbit.py `private_node`): stopping it touches no other run's broker,
+so the test runs beside the others."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from tests.faults.harness import (
     wait_final,
     wait_under_way,
 )
-from tests.rabbit import on_rabbitmq, rabbitmqctl
+from tests.rabbit import on_broker, private_node
 
-pytestmark = [pytest.mark.e2e, pytest.mark.alone]
+pytestmark = pytest.mark.e2e
 OUTAGE = 8  # seconds, as for Redis (tests/faults/test_redis_restarted.py)
 
 
@@ -39,18 +39,19 @@ def test_rabbitmq_restarted_mid_job_loses_nothing(
 ):
     account, _ = account_factory("trial")
     n = 160
-    with on_rabbitmq(settings, monkeypatch) as rabbit:
+    with private_node(tmp_path) as node:
+        rabbit = on_broker(node.url, settings, monkeypatch)
         job_id = submit(rabbit, account, n)
         procs = [beat(tmp_path, "beat-rabbit"), cpu_worker(tmp_path, "cpu-rabbit")]
         worker = procs[1]
         try:
             wait_under_way(rabbit, job_id, procs, queued=3)
             before = connections(worker)
-            rabbitmqctl("stop_app")
+            node.stop()
             try:
                 time.sleep(OUTAGE)  # the outage itself (the fault, not a wait)
             finally:
-                rabbitmqctl("start_app")
+                node.start()
             back = time.monotonic()
             wait_for(lambda: connections(worker) > before, 60, "the worker to reconnect",
                      procs)  # fmt: skip

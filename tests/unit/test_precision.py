@@ -4,6 +4,7 @@ CPU, the comparison against fp32, and the start-up check on real models."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -299,3 +300,127 @@ def test_a_gpu_worker_falling_back_to_the_cpu_follows_the_cpu_rules(monkeypatch)
     assert pipeline.resolve("classify").precision == expected
     # A job that runs no model (extract by patterns alone) records none.
     assert pipeline.runtime(["extract"]) == {"precision": None, "runtime": None}
+
+
+# --- the verdicts kept between worker starts (Verdicts) ------------------------------------
+
+
+@pytest.fixture
+def counted(tiny_dirs):
+    """A tiny classifier's build that records each precision it was asked for."""
+    calls: list[str] = []
+
+    def build(precision):
+        calls.append(precision)
+        return SequenceClassifier(str(tiny_dirs["sentiment"]), precision=precision)
+
+    return build, calls
+
+
+def verdict_key(path, precision="bf16", tolerance=accuracy.TOLERANCE, **settings):
+    return accuracy.Verdicts.key(str(path), precision, "cpu", ANCHORS, tolerance, **settings)
+
+
+def test_a_kept_verdict_spares_the_check_at_the_next_start(tiny_dirs, counted, tmp_path, caplog):
+    build, calls = counted
+    verdicts = accuracy.Verdicts(tmp_path / "checks")
+    key = verdict_key(tiny_dirs["sentiment"])
+    caplog.set_level(logging.INFO, logger="inference.accuracy")
+    first = load_checked(build, "bf16", ANCHORS, name="m", verdicts=verdicts, key=key)
+    assert calls == ["fp32", "bf16"] and first.precision == "bf16"
+    assert "m: bf16 passed the precision check against fp32 on" in caplog.text
+    kept = verdicts.get(key)
+    assert kept is not None and kept.ok and kept.measures["labels_unchanged"] >= 0.99
+    calls.clear()
+    caplog.clear()
+    again = load_checked(build, "bf16", ANCHORS, name="m", verdicts=verdicts, key=key)
+    assert calls == ["bf16"] and again.precision == "bf16"  # no fp32 twin, no forwards
+    assert f"m: bf16 passed the precision check against fp32 (kept in {verdicts.folder})" in (
+        caplog.text
+    )
+
+
+def test_a_kept_failure_loads_fp32_at_once_and_says_why(tiny_dirs, counted, tmp_path, caplog):
+    build, calls = counted
+    verdicts = accuracy.Verdicts(tmp_path)
+    never = Tolerance(labels=1.01)
+    key = verdict_key(tiny_dirs["sentiment"], tolerance=never)
+    caplog.set_level(logging.WARNING, logger="inference.accuracy")
+    model = load_checked(build, "bf16", ANCHORS, "m", never, verdicts=verdicts, key=key)
+    assert model.precision == "fp32" and not verdicts.get(key).ok
+    calls.clear()
+    caplog.clear()
+    model = load_checked(build, "bf16", ANCHORS, "m", never, verdicts=verdicts, key=key)
+    assert model.precision == "fp32" and calls == ["fp32"]
+    assert "m: bf16 failed the precision check" in caplog.text and "kept in" in caplog.text
+    assert "labels unchanged" in caplog.text
+
+
+def test_the_key_changes_with_everything_the_verdict_depends_on(tmp_path):
+    model = make_seqcls_model(tmp_path / "m", ["a", "b"])
+    base = verdict_key(model, batch_size=32)
+    assert verdict_key(model, batch_size=32) == base  # stable
+    assert verdict_key(model, "fp16", batch_size=32) != base
+    assert verdict_key(model, batch_size=64) != base
+    assert verdict_key(model, tolerance=Tolerance(cosine=0.9), batch_size=32) != base
+    assert (
+        accuracy.Verdicts.key(str(model), "bf16", "cpu", ["x"], Tolerance(), batch_size=32) != base
+    )
+    # Weights replaced in place (same name): another size or another modification time.
+    weights = next(p for p in model.iterdir() if p.suffix in (".safetensors", ".bin"))
+    data = weights.read_bytes()
+    weights.write_bytes(data + b"\0")
+    grown = verdict_key(model, batch_size=32)
+    weights.write_bytes(data)
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert len({base, grown, verdict_key(model, batch_size=32)}) == 3
+
+
+@pytest.mark.parametrize(
+    "kept", ["not json", '{"ok": true}', '["ok"]', "", '{"ok": 1, "measures": 2}']
+)
+def test_an_unreadable_verdict_is_no_verdict(tmp_path, kept):
+    (tmp_path / "k.json").write_text(kept)
+    assert accuracy.Verdicts(tmp_path).get("k") is None
+
+
+def test_the_check_runs_again_over_an_unreadable_verdict_and_keeps_its_own(
+    tiny_dirs, counted, tmp_path
+):
+    build, calls = counted
+    verdicts = accuracy.Verdicts(tmp_path)
+    key = verdict_key(tiny_dirs["sentiment"])
+    (tmp_path / f"{key}.json").write_text('{"ok": tr')  # a write cut short
+    load_checked(build, "bf16", ANCHORS, verdicts=verdicts, key=key)
+    assert calls == ["fp32", "bf16"] and verdicts.get(key).ok
+    assert [p.name for p in tmp_path.iterdir()] == [f"{key}.json"]  # no temporary file left
+
+
+def test_a_folder_that_cannot_be_written_only_means_checking_every_time(
+    tiny_dirs, counted, tmp_path
+):
+    build, calls = counted
+    blocker = tmp_path / "checks"
+    blocker.write_text("a file where the folder would be")
+    verdicts = accuracy.Verdicts(blocker)
+    key = verdict_key(tiny_dirs["sentiment"])
+    for _ in range(2):
+        assert load_checked(build, "bf16", ANCHORS, verdicts=verdicts, key=key).precision == "bf16"
+    assert calls == ["fp32", "bf16", "fp32", "bf16"]
+    assert blocker.read_text() == "a file where the folder would be"
+
+
+def test_a_kept_pass_still_gives_an_encoder_its_fp32_twin_for_fixed_texts(tmp_path):
+    from types import SimpleNamespace
+
+    verdicts = accuracy.Verdicts(tmp_path)
+    verdicts.put("k", accuracy.Verdict(True, {"cosine_min": 0.9999}, []))
+
+    def build(precision):  # an Encoder's shape: it has a fixed_encoder
+        return SimpleNamespace(precision=precision, fixed_encoder=None)
+
+    model = load_checked(build, "bf16", ANCHORS, verdicts=verdicts, key="k")
+    assert model.precision == "bf16" and model.fixed_encoder.precision == "fp32"
+    # Without a key nothing is read or kept: the caller did not say what the verdict is of.
+    assert accuracy.Verdicts(tmp_path / "none").get("") is None
