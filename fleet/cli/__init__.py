@@ -1,24 +1,20 @@
 """The `laneway` command: run each process, manage the database and accounts, submit and
 follow jobs. One module per audience (accounts, inbox, processes, probes, dead letters,
-jobs, status, the demo); this one holds the group and its global options."""
+jobs, status, the demo); this one holds the group and its global options.
+
+The group imports a command's module only when that command runs (`LazyGroup`): `laneway
+worker`, which every worker process starts under, then loads the process commands and not
+the database models, the HTTP client or the metrics readers of the others."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 
 import click
 
-from fleet.cli.accounts import accounts, db
 from fleet.cli.common import LOG_LEVEL_ENV
-from fleet.cli.demo import demo
-from fleet.cli.dlq import dlq
-from fleet.cli.inbox import inbox
-from fleet.cli.jobs import jobs, submit
-from fleet.cli.plan import calibrate, plan
-from fleet.cli.probes import probe
-from fleet.cli.run import beat, fleet, flower, health, up, web, worker
-from fleet.cli.status import status
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # Libraries whose INFO lines are noise at a terminal (alembic's "Context impl ...", each
@@ -44,7 +40,31 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
         ctx.exit()
 
 
-@click.group()
+# Each command and the module that defines it, in the order `laneway --help` lists them.
+COMMANDS = {
+    "db": "fleet.cli.accounts", "accounts": "fleet.cli.accounts", "inbox": "fleet.cli.inbox",
+    "worker": "fleet.cli.run", "web": "fleet.cli.run", "flower": "fleet.cli.run",
+    "beat": "fleet.cli.run", "fleet": "fleet.cli.run", "up": "fleet.cli.run",
+    "health": "fleet.cli.run", "probe": "fleet.cli.probes", "dlq": "fleet.cli.dlq",
+    "submit": "fleet.cli.jobs", "jobs": "fleet.cli.jobs", "status": "fleet.cli.status",
+    "demo": "fleet.cli.demo", "calibrate": "fleet.cli.plan", "plan": "fleet.cli.plan",
+}  # fmt: skip
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported by name when asked for (click's documented
+    pattern for lazy subcommands), listed in COMMANDS' order."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        return getattr(importlib.import_module(COMMANDS[name]), name)
+
+
+@click.group(cls=LazyGroup)
 @click.option(
     "--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default=None,
     help="this command's and the processes it starts (default INFO; alembic and httpx WARNING)",
@@ -65,11 +85,6 @@ def cli(log_level: str | None) -> None:
             logging.getLogger(name).setLevel(logging.WARNING)
     else:
         os.environ[LOG_LEVEL_ENV] = level  # read by the processes this command starts
-
-
-for command in (db, accounts, inbox, worker, web, flower, beat, fleet, up, health, probe, dlq,
-                submit, jobs, status, demo, calibrate, plan):  # fmt: skip
-    cli.add_command(command)
 
 
 def main() -> None:

@@ -29,6 +29,21 @@ def cli_settings() -> Settings:
         raise click.ClickException(f"invalid setting: {exc}") from None
 
 
+def process_settings() -> Settings:
+    """The settings of a command that starts Laneway's processes, with the OTEL_*
+    variables checked first: a tracing setting Laneway cannot honour stops the command at
+    once, naming it, rather than each process it starts after their imports (each process
+    checks again at its own start, for those started without `laneway`)."""
+    from core.obs.tracing import TracingError, check
+
+    settings = cli_settings()
+    try:
+        check()
+    except TracingError as exc:
+        raise click.ClickException(str(exc)) from None
+    return settings
+
+
 # Signals `laneway` passes on to its child. A container's runtime (docker stop, a pod's
 # termination) sends SIGTERM to PID 1 alone: without this, laneway would die and the
 # celery or gunicorn child would be killed later without its warm shutdown. A terminal's

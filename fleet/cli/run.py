@@ -9,7 +9,7 @@ import click
 
 from core.config.settings import Settings
 from core.vocab import LANES
-from fleet.cli.common import cli_settings, run_child
+from fleet.cli.common import cli_settings, process_settings, run_child
 
 
 @click.command()
@@ -38,7 +38,7 @@ def worker(
     from fleet.processes import interactive_worker, worker_argv, worker_env
     from workers.devices import LaneError
 
-    settings = cli_settings()
+    settings = process_settings()
     try:
         if lane == "interactive":
             _, argv, env = interactive_worker(settings, interactive_lane, device, name, concurrency)
@@ -74,7 +74,7 @@ def web(host: str | None, port: int | None) -> None:
     """Run the web app (gunicorn)."""
     from fleet.processes import web_argv
 
-    settings = cli_settings()
+    settings = process_settings()
     sys.exit(run_child(web_argv(settings, host or settings.web_host, port or settings.web_port)))
 
 
@@ -92,7 +92,7 @@ def flower(host: str, port: int | None, max_tasks: int | None) -> None:
     bounded by --max-tasks). Set FLOWER_BASIC_AUTH=user:password to ask for a password."""
     from fleet.processes import flower_argv
 
-    settings = cli_settings()
+    settings = process_settings()
     argv = flower_argv(
         settings, host, port or settings.flower_port, max_tasks or settings.flower_max_tasks
     )
@@ -104,7 +104,7 @@ def beat() -> None:
     """Run celery beat (the reconciler, scale-down of idle gpu workers, lane statistics)."""
     from fleet.processes import beat_argv
 
-    sys.exit(run_child(beat_argv(cli_settings())))
+    sys.exit(run_child(beat_argv(process_settings())))
 
 
 @click.command()
@@ -114,7 +114,7 @@ def fleet() -> None:
     from core.store.redis_conn import embedded_redis
     from fleet.processes import worker_fleet
 
-    settings = cli_settings()
+    settings = process_settings()
     with embedded_redis(settings):
         supervisor = worker_fleet(settings)
         supervisor.start_always()
@@ -131,7 +131,7 @@ def up(host: str | None, port: int | None) -> None:
     from core.store.redis_conn import embedded_redis
     from fleet.processes import full_fleet
 
-    settings = cli_settings()
+    settings = process_settings()
     with embedded_redis(settings):
         supervisor = full_fleet(settings, host or settings.web_host, port or settings.web_port)
         click.echo(f"laneway is up: http://{host or settings.web_host}:{port or settings.web_port}")

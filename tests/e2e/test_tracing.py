@@ -3,6 +3,7 @@ their spans over OTLP/HTTP to a receiver in the test, and one trace joins them."
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 
@@ -195,7 +196,8 @@ def test_the_gpu_lane_traces_each_stage_on_the_worker_that_ran_it(
 )
 def test_a_tracing_setting_laneway_cannot_honour_stops_each_process_by_name(tmp_path, bad, named):
     """A hurried operator's setting is refused at start-up, naming it: never a fleet that
-    runs without the traces it was asked for, nor a crash loop of pool children."""
+    runs without the traces it was asked for, nor a crash loop of pool children. `laneway`
+    refuses it before it starts the process (fleet/cli/common.py process_settings)."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", **bad}
     argv = [str(BIN / "laneway"), "worker", "cpu", "--name", "cpu-bad-otel"]
     procs = [Proc("worker-bad-otel", argv, tmp_path, env)]
@@ -208,6 +210,21 @@ def test_a_tracing_setting_laneway_cannot_honour_stops_each_process_by_name(tmp_
             proc.stop()
         assert proc.proc.returncode != 0, proc.tail()
         assert named in proc.log.read_text(), proc.tail()
+
+
+def test_a_worker_started_without_laneway_refuses_the_setting_itself(tmp_path):
+    """A Celery worker started by hand (or by another supervisor) checks the variables at
+    its own start (workers/signals.py), as `laneway` does before starting one."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9", "OTEL_TRACES_EXPORTER": "jaeger"}
+    argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "cpu", "-n",
+            "cpu-bad-otel@%h", "-c", "1"]  # fmt: skip
+    proc = Proc("celery-bad-otel", argv, tmp_path, env)
+    try:
+        proc.proc.wait(120)
+    finally:
+        proc.stop()
+    assert proc.proc.returncode != 0, proc.tail()
+    assert "OTEL_TRACES_EXPORTER='jaeger'" in proc.log.read_text(), proc.tail()
 
 
 def test_a_collector_that_is_down_costs_the_requests_nothing(account_factory, tmp_path):
