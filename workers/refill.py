@@ -58,8 +58,14 @@ def drain() -> None:
     """Wait for the refills asked for so far (at exit, and for tests)."""
     with _lock:
         executor = _executor if _owner == os.getpid() else None
-    if executor is not None:
+    if executor is None:
+        return
+    try:
         executor.submit(lambda: None).result()
+    except RuntimeError:
+        # At interpreter exit concurrent.futures' own hook (run before atexit's) has
+        # already refused new work and waited for the queued refills: nothing is pending.
+        pass
 
 
 atexit.register(drain)
