@@ -51,7 +51,13 @@ def purge_rabbitmq(url: str, queues) -> None:
 
 
 def quiesce(settings, unacked: bool = False) -> None:
-    """Cancel every job still open in this run's database, then empty the queues."""
+    """Cancel every job still open in this run's database, then empty the queues. First
+    the refills an earlier test's chunks asked for in this process (workers/refill.py runs
+    them on a thread, a moment later) are waited for: one running after this would send
+    the next test's chunks before the test does."""
+    from workers.refill import drain
+
+    drain()
     now = utcnow()
     with session_scope(settings) as session:
         session.execute(
