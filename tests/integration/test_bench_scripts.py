@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,39 @@ def test_the_control_plane_benchmark_runs_a_job_and_requests_on_a_real_fleet(tmp
     assert level["requests"] > 0 and level["errors"] == 0
     assert level["p50_ms"] <= level["p99_ms"]
     assert level["cpu_ms_per_request"]["interactive_worker"] > 0
+
+
+@pytest.mark.e2e  # a fleet on each broker
+def test_the_control_plane_benchmark_measures_both_brokers_side_by_side(tmp_path):
+    from tests.e2e.procs import free_port
+    from tests.rabbit import RABBITMQ, rabbitmqctl
+
+    rabbitmqctl("status")  # skips where no local node can make the benchmark's vhost
+    out = tmp_path / "cp.json"
+    argv = [sys.executable, str(ROOT / "bench" / "controlplane.py"), "--items", "100",
+            "--tasks", "embed", "--clients", "", "--brokers", "redis,rabbitmq",
+            "--port", str(free_port()), "--json", str(out)]  # fmt: skip
+    env = {**os.environ, "LANEWAY_BENCH_RABBITMQ": RABBITMQ}
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["format"] == 2 and list(report["brokers"]) == ["redis", "rabbitmq"]
+    tiers = {}
+    for broker, run in report["brokers"].items():
+        job = run["batch"]["embed"]
+        # Every item has exactly one result, none an error, on each broker.
+        assert (job["status"], job["results"], job["result_errors"]) == ("succeeded", 100, 0)
+        assert job["items_per_s"] > 0
+        tiers[broker] = job["cpu_ms_per_1000_items"]
+        assert tiers[broker]["cpu_workers"] > 0 and tiers[broker]["web"] > 0, broker
+    # Redis serves both fleets (results, the interactive path); the RabbitMQ node's own
+    # process is metered on its fleet alone.
+    common = {"web", "cpu_workers", "postgres", "redis", "tokenization", "worker_outside_model"}
+    assert common <= set(tiers["redis"]) and "rabbitmq" not in tiers["redis"]
+    assert common | {"rabbitmq"} <= set(tiers["rabbitmq"])
+    # The output ends with the two brokers' figures, one after the other.
+    summary = done.stdout[done.stdout.rindex("redis, batch lanes on redis") :]
+    assert "rabbitmq, batch lanes on rabbitmq" in summary and "rabbitmq beam.smp" in summary
 
 
 def test_the_fair_share_benchmark_measures_a_small_job_and_the_shares_on_a_real_fleet(tmp_path):
