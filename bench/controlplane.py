@@ -520,7 +520,7 @@ def run_level(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float
 # How the summary names each tier: a broker's process serves anything else using it too.
 TIER_LABELS = {
     "cpu_workers": "cpu workers",
-    "worker_outside_model": "of them outside the model",
+    "worker_outside_model": "cpu workers outside the model",
     "interactive_worker": "interactive worker",
     "redis": "redis (shared)",
     "rabbitmq": "rabbitmq beam.smp (shared node)",

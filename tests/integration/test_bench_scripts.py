@@ -96,7 +96,8 @@ def test_the_control_plane_benchmark_runs_a_job_and_requests_on_a_real_fleet(tmp
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
-    job = report["batch"]["embed"]
+    (run,) = report["brokers"].values()  # the one broker the environment names
+    job = run["batch"]["embed"]
     # Every item has exactly one result (the results' key is (job, idx)), none an error.
     assert (job["status"], job["results"], job["result_errors"]) == ("succeeded", 300, 0)
     assert job["items_per_s"] > 0
