@@ -13,23 +13,32 @@ the pipeline still runs.
 
 The fleet: real processes at default settings, as `laneway` starts them: the web app
 (gunicorn), --workers `laneway worker cpu` processes and one `laneway worker interactive`,
-on a database this run creates (dropped at the end) and a Redis db index it claims the
-way the test suite does; the broker is whatever LANEWAY_BROKER_URL names, else that Redis.
+on a database the run creates (dropped at the end) and a Redis db index it claims the
+way the test suite does. The batch lanes' broker is whatever LANEWAY_BROKER_URL names,
+else that Redis; `--brokers redis,rabbitmq` measures both, one after the other, each with
+a fleet, database and Redis db index of its own, RabbitMQ's on a fresh vhost of the node
+LANEWAY_BENCH_RABBITMQ names (amqp://guest:guest@127.0.0.1:5672 unless set; rabbitmqctl
+makes and deletes it). The interactive path stays on Redis whatever the batch broker.
 
-1. Batch: for each task, one --items job through `POST /v1/jobs` (JSON), polled until its
-   final status: items/s from the POST to the final status, every item's one result
-   checked, and each tier's CPU per 1,000 items.
-2. Interactive: one-text `POST /v1/embed` requests from each --clients level for
-   --seconds, each client on its own keep-alive connection: requests/s, p50/p99, and each
-   tier's CPU per request.
+1. Batch: on each broker, for each task, one --items job through `POST /v1/jobs` (JSON),
+   polled until its final status: items/s from the POST to the final status, every
+   item's one result checked, and each tier's CPU per 1,000 items.
+2. Interactive, on the first broker's fleet: one-text `POST /v1/embed` requests from each
+   --clients level for --seconds, each client on its own keep-alive connection:
+   requests/s, p50/p99, and each tier's CPU per request.
 
 CPU is read from the processes' own counters (/proc/<pid>/stat: user + system of each
 process, its living descendants and the children it reaped): web, the cpu workers, the
-interactive worker, Postgres (this run's database's backends and the server's own
+interactive worker, Postgres (the fleet's database's backends and the server's own
 background processes), Redis (the redis-server process; shared with anything else using
-it), and this process (the client). Tokenization alone is the job's texts through the
-workers' own `prepare` (inference/batching.py) in this process; `worker_outside_model`
-is the cpu workers' CPU less the job's model stage seconds.
+it), on RabbitMQ the node's Erlang VM (beam.smp; shared with every vhost and anything
+else using the node), and this process (the client). Tokenization alone is the job's
+texts through the workers' own `prepare` (inference/batching.py) in this process;
+`worker_outside_model` is the cpu workers' CPU less the job's model stage seconds.
+
+The --json report (format 2) holds each broker's jobs as `brokers.<broker>.batch.<task>`
+and the interactive levels as `interactive.<clients>`; the output ends with each broker's
+figures, one broker after the other.
 """
 
 from __future__ import annotations
@@ -47,7 +56,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -56,6 +68,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 BIN = Path(sys.executable).parent
 ADMIN_PG = os.environ.get("LANEWAY_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 REDIS_HOST = os.environ.get("LANEWAY_BENCH_REDIS", "redis://127.0.0.1:6379")
+# The node whose fresh vhosts carry the batch lanes of `--brokers rabbitmq`.
+RABBITMQ = os.environ.get("LANEWAY_BENCH_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672")
+BROKERS = ("redis", "rabbitmq")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 FINAL = ("succeeded", "partial", "failed", "cancelled")
 
@@ -105,20 +120,29 @@ def postgres_pids(admin: str, database: str) -> list[int]:
     return [pid for (pid,) in rows]
 
 
-def redis_pid(url: str) -> int | None:
-    """The local redis-server's pid, found by its listening port; None when not local."""
-    from urllib.parse import urlsplit
+def rabbitmq_pid(url: str) -> int | None:
+    """The local RabbitMQ node's Erlang VM (beam.smp, started with `-s rabbit boot`), found
+    in /proc; None when `url` names another machine. Where several nodes run here (a
+    test's private one), the one listening on `url`'s port."""
+    from bench.latency import LOCAL_HOSTS, local_listener
 
-    import psutil
-
-    where = urlsplit(url)
-    if where.hostname not in ("127.0.0.1", "localhost", "::1"):
+    if urlsplit(url).hostname not in LOCAL_HOSTS:
         return None
-    port = where.port or 6379
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
-            return conn.pid
-    return None
+    nodes = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:  # it ended meanwhile
+            continue
+        if b"beam.smp" in cmdline and b"-s rabbit boot" in cmdline:
+            nodes.append(int(entry.name))
+    listening = local_listener(url, 5672)
+    if listening in nodes:
+        return listening
+    # Another user's sockets show no pid: the only node then.
+    return nodes[0] if len(nodes) == 1 else None
 
 
 class Meter:
@@ -261,6 +285,32 @@ def release_redis_index(index: int) -> None:
     redis.Redis.from_url(f"{REDIS_HOST}/0").delete(f"laneway:test-db:{index}")
 
 
+def rabbitmqctl(*args: str) -> None:
+    done = subprocess.run(["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=60)
+    if done.returncode:
+        raise SystemExit(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}")
+
+
+@contextmanager
+def batch_broker(name: str) -> Iterator[str]:
+    """The LANEWAY_BROKER_URL of `name`'s fleet: empty for Redis (the run's Redis db index
+    carries the batch lanes too); for RabbitMQ a vhost of its own on the node RABBITMQ
+    names, deleted afterwards, so that no queue or message of another run is there."""
+    if name == "redis":
+        yield ""
+        return
+    if shutil.which("rabbitmqctl") is None:
+        raise SystemExit("--brokers rabbitmq makes a vhost with rabbitmqctl: not on PATH")
+    vhost = f"laneway-cp-{uuid.uuid4().hex[:8]}"
+    rabbitmqctl("add_vhost", vhost)
+    try:
+        user = urlsplit(RABBITMQ).username or "guest"
+        rabbitmqctl("set_permissions", "-p", vhost, user, ".*", ".*", ".*")
+        yield f"{RABBITMQ.rstrip('/')}/{vhost}"
+    finally:
+        rabbitmqctl("delete_vhost", vhost)
+
+
 def build_free_model(folder: Path) -> Path:
     """MiniLM's tokenizer and config with no encoder layer: the forward is the embedding
     lookup and the pooling, so the control plane is nearly all that costs."""
@@ -307,8 +357,11 @@ class Fleet:
     def up(self, workers: int) -> dict[str, str]:
         """Web, `workers` cpu workers and an interactive worker, each answering; returns
         the worker nodes by name."""
-        from tasks import app
+        from core.config.settings import Settings
+        from core.queueing.celery_app import make_celery
 
+        # Pinged through the fleet's own broker: one run may start fleets on several.
+        app = make_celery(Settings.from_env({**os.environ, **self.env}))
         host = socket.gethostname()
         tag = uuid.uuid4().hex[:4]
         nodes = {f"cpu{i}": f"cp-cpu{i}-{tag}" for i in range(workers)}
@@ -328,6 +381,7 @@ class Fleet:
                 pong = app.control.ping(destination=[f"{node}@{host}"], timeout=0.5)
                 if pong and b"loaded in pid" in log:
                     del waiting[name]
+        app.close()  # a RabbitMQ fleet's vhost is deleted after its run
         while not self.healthy():
             if self.procs["web"].poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"the web app did not start; see {self.logdir}/web.log")
@@ -463,13 +517,131 @@ def run_level(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float
     }
 
 
+# How the summary names each tier: a broker's process serves anything else using it too.
+TIER_LABELS = {
+    "cpu_workers": "cpu workers",
+    "worker_outside_model": "cpu workers outside the model",
+    "interactive_worker": "interactive worker",
+    "redis": "redis (shared)",
+    "rabbitmq": "rabbitmq beam.smp (shared node)",
+}
+
+
+def broker_run(
+    name: str, url: str, args: argparse.Namespace, model: Path, texts: list[str],
+    tokenization_ms: float, levels: list[int], logdir: Path,
+) -> tuple[dict, dict]:  # fmt: skip
+    """Start a fleet whose batch lanes run on `url` (`name`'s broker), on a database and a
+    Redis db index of its own, and run the batch jobs and then `levels` of interactive
+    clients on it: the broker's section of the report, and the interactive levels."""
+    from bench.latency import local_redis_pid
+    from core.config.settings import get_settings
+    from db.accounts import create_account
+    from db.migrate import upgrade
+    from db.session import session_scope
+
+    tasks = [t for t in args.tasks.split(",") if t]
+    logdir.mkdir()
+    saved = dict(os.environ)
+    with ExitStack() as cleanup:  # undone in reverse: the fleet first, the environment last
+        cleanup.callback(restore_environ, saved)
+        database, database_url = create_database(ADMIN_PG)
+        cleanup.callback(drop_database, ADMIN_PG, database)
+        index = claim_redis_index()
+        cleanup.callback(release_redis_index, index)
+        redis_url = f"{REDIS_HOST}/{index}"
+        profile = None
+        if args.profile:
+            # With --brokers, a folder per broker.
+            folder = Path(args.profile) / name if args.brokers else Path(args.profile)
+            profile = Profile(folder, ADMIN_PG, database)
+            profile.log_statements()
+        # Every process of the fleet, this one included, reads these (modules read them at
+        # import; this one's settings are read again for each fleet).
+        settings_env = {
+            "LANEWAY_DATABASE_URL": database_url,
+            "LANEWAY_REDIS_URL": redis_url,
+            "LANEWAY_BROKER_URL": url,
+            "LANEWAY_HOME": str(logdir / "home"),
+            "LANEWAY_MODEL_PATH": str(model),
+            # One account sends every request: its plan's rate and size limits are lifted.
+            "LANEWAY_RATE_LIMIT_TRIAL": "100000000/minute",
+            "LANEWAY_MAX_ITEMS_TRIAL": str(max(args.items, 1000)),
+            "LANEWAY_MAX_UPLOAD_BYTES_TRIAL": str(64 << 20),
+        }
+        os.environ.update(settings_env)
+        get_settings.cache_clear()
+        fleet = Fleet(logdir, settings_env, args.port)
+        cleanup.callback(fleet.stop)
+        upgrade(get_settings())
+        with session_scope(get_settings()) as session:
+            _, key = create_account(session, f"cp-{uuid.uuid4().hex[:6]}", "trial")
+        nodes = fleet.up(args.workers)
+        tiers = {
+            "web": fleet.pids(["web"]),
+            "cpu_workers": fleet.pids([n for n in nodes if n.startswith("cpu")]),
+            "interactive_worker": fleet.pids(["interactive"]),
+        }
+        # Redis serves a RabbitMQ fleet too: results, fair share, the interactive path.
+        found = {"redis": local_redis_pid(redis_url)}
+        if name == "rabbitmq":
+            found["rabbitmq"] = rabbitmq_pid(url)
+        tiers.update({tier: [pid] for tier, pid in found.items() if pid})
+        meter = Meter(tiers, ADMIN_PG, database)
+        run: dict = {"load_average_start": [round(x, 2) for x in os.getloadavg()], "batch": {}}
+        for task in tasks:
+            done = run_job(fleet, meter, key, task, texts, profile)
+            done["cpu_ms_per_1000_items"]["tokenization"] = tokenization_ms
+            run["batch"][task] = done
+            print(json.dumps({"broker": name, **done}), flush=True)
+        interactive = {}
+        for clients in levels:
+            level = run_level(fleet, meter, key, clients, args.seconds)
+            interactive[str(clients)] = level
+            print(json.dumps(level), flush=True)
+        return run, interactive
+
+
+def restore_environ(saved: dict[str, str]) -> None:
+    from core.config.settings import get_settings
+
+    os.environ.clear()
+    os.environ.update(saved)
+    get_settings.cache_clear()
+
+
+def summary(report: dict) -> str:
+    """Each broker's batch figures, one broker after the other."""
+    lines = []
+    for name, run in report["brokers"].items():
+        lines.append(f"{name}, batch lanes on {name} (a fleet of its own):")
+        for task, job in run["batch"].items():
+            lines.append(
+                f"  {task}: {job['items']:,} items {job['status']}, {job['results']:,} results"
+                f" ({job['result_errors']} errors), {job['items_per_s']:,} items/s"
+            )
+            cpu = ", ".join(
+                f"{TIER_LABELS.get(tier, tier)} {ms:,}"
+                for tier, ms in job["cpu_ms_per_1000_items"].items()
+            )
+            lines.append(f"    CPU ms per 1,000 items: {cpu}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict:
+    from core.config.settings import Settings
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=100_000, help="items per batch job")
     parser.add_argument("--tasks", default="embed,classify", help="batch jobs to run ('' none)")
     parser.add_argument("--clients", default="1,8,64", help="interactive levels ('' none)")
     parser.add_argument("--seconds", type=float, default=10.0, help="per interactive level")
     parser.add_argument("--workers", type=int, default=1, help="`laneway worker cpu` processes")
+    parser.add_argument(
+        "--brokers", default=None, metavar="LIST",
+        help="batch brokers to measure one after the other, each with a fleet of its own "
+        "(redis,rabbitmq: RabbitMQ on a fresh vhost); default: LANEWAY_BROKER_URL's as it is",
+    )  # fmt: skip
     parser.add_argument("--port", type=int, default=8791)
     parser.add_argument("--json", default=None, metavar="PATH", help="write the figures here")
     parser.add_argument(
@@ -482,84 +654,52 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--items and --workers take at least 1, --seconds more than 0")
     tasks = [t for t in args.tasks.split(",") if t]
     levels = [int(c) for c in args.clients.split(",") if c]
+    settings = Settings.from_env()
+    if args.brokers is None:
+        brokers = ["rabbitmq" if settings.broker_is_rabbitmq else "redis"]
+    else:
+        brokers = [b for b in args.brokers.split(",") if b]
+        if not brokers or set(brokers) - set(BROKERS) or len(set(brokers)) < len(brokers):
+            parser.error(f"--brokers takes each of {', '.join(BROKERS)} once, not {args.brokers!r}")
 
     logdir = Path(tempfile.mkdtemp(prefix="laneway-controlplane-"))
-    database, database_url = create_database(ADMIN_PG)
-    index = claim_redis_index()
-    redis_url = f"{REDIS_HOST}/{index}"
-    model = build_free_model(logdir / "model")
-    profile = Profile(Path(args.profile), ADMIN_PG, database) if args.profile else None
-    if profile:
-        profile.log_statements()
-    # Every process of the run, this one included, reads these (modules read them at import).
-    settings_env = {
-        "LANEWAY_DATABASE_URL": database_url,
-        "LANEWAY_REDIS_URL": redis_url,
-        "LANEWAY_HOME": str(logdir / "home"),
-        "LANEWAY_MODEL_PATH": str(model),
-        # One account sends every request: its plan's rate and size limits are lifted.
-        "LANEWAY_RATE_LIMIT_TRIAL": "100000000/minute",
-        "LANEWAY_MAX_ITEMS_TRIAL": str(max(args.items, 1000)),
-        "LANEWAY_MAX_UPLOAD_BYTES_TRIAL": str(64 << 20),
-    }
-    os.environ.update(settings_env)
-    fleet = Fleet(logdir, settings_env, args.port)
     report: dict = {
-        "format": 1,  # the keys below are read by other tools: add keys, never rename one
+        "format": 2,  # the keys below are read by other tools: add keys, never rename one
         "model": "BertModel, MiniLM's config and tokenizer, num_hidden_layers=0",
         "workers": args.workers,
-        "broker": "LANEWAY_BROKER_URL" if os.environ.get("LANEWAY_BROKER_URL") else "redis",
         "cpus": os.cpu_count(),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        # Each batch broker's run, in the order run: `brokers.<broker>.batch.<task>`.
+        "brokers": {},
+        # The interactive path runs on Redis whatever the batch broker: measured once, on
+        # the first broker's fleet.
+        "interactive_fleet": brokers[0],
+        "interactive": {},
     }
     try:
         from bench.throughput import load_texts
-        from core.config.settings import get_settings
-        from db.accounts import create_account
-        from db.migrate import upgrade
-        from db.session import session_scope
 
-        settings = get_settings()
-        upgrade(settings)
-        with session_scope(settings) as session:
-            _, key = create_account(session, f"cp-{uuid.uuid4().hex[:6]}", "trial")
-        nodes = fleet.up(args.workers)
-        cpu_names = [n for n in nodes if n.startswith("cpu")]
-        tiers = {
-            "web": fleet.pids(["web"]),
-            "cpu_workers": fleet.pids(cpu_names),
-            "interactive_worker": fleet.pids(["interactive"]),
-        }
-        found = redis_pid(redis_url)
-        if found:
-            tiers["redis"] = [found]
-        meter = Meter(tiers, ADMIN_PG, database)
+        model = build_free_model(logdir / "model")
         texts = load_texts(args.items)
-        report["batch"] = {}
-        if tasks:
-            # The same texts through the workers' tokenizing step alone, in this process.
-            tokenizing = tokenization_seconds(model, texts, settings.batch_size)
-        for task in tasks:
-            done = run_job(fleet, meter, key, task, texts, profile)
-            done["cpu_ms_per_1000_items"]["tokenization"] = round(
-                1_000_000 * tokenizing / len(texts), 2
-            )
-            report["batch"][task] = done
-            print(json.dumps(done), flush=True)
-        report["interactive"] = {}
-        for clients in levels:
-            level = run_level(fleet, meter, key, clients, args.seconds)
-            report["interactive"][str(clients)] = level
-            print(json.dumps(level), flush=True)
+        # The same texts through the workers' tokenizing step alone, in this process.
+        tokenizing = tokenization_seconds(model, texts, settings.batch_size) if tasks else 0.0
+        tokenization_ms = round(1_000_000 * tokenizing / len(texts), 2)
+        for i, name in enumerate(brokers):
+            given = nullcontext(settings.broker_url)  # the environment's broker, as it is
+            with batch_broker(name) if args.brokers else given as url:
+                run, interactive = broker_run(
+                    name, url, args, model, texts, tokenization_ms, levels if i == 0 else [],
+                    logdir / name,
+                )  # fmt: skip
+            report["brokers"][name] = run
+            report["interactive"].update(interactive)
     finally:
-        fleet.stop()
-        drop_database(ADMIN_PG, database)
-        release_redis_index(index)
         if not args.keep:
             shutil.rmtree(logdir, ignore_errors=True)
     from bench.latency import finish
 
     finish(report, args.json)
+    print(summary(report), flush=True)
     return report
 
 

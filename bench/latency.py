@@ -85,15 +85,24 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
 def local_redis_pid(url: str) -> int | None:
     """The Redis server's pid when it runs on this machine (its CPU per request is shown
     beside Laneway's own processes: the peers need no Redis), else None."""
+    return local_listener(url, 6379)
+
+
+def local_listener(url: str, default_port: int) -> int | None:
+    """The pid listening on `url`'s port (`default_port` when it names none) when `url`
+    names this machine, else None."""
     from urllib.parse import urlsplit
 
     import psutil
 
     where = urlsplit(url)
-    if where.hostname not in ("127.0.0.1", "localhost", "::1"):
+    if where.hostname not in LOCAL_HOSTS:
         return None
     try:
         listening = psutil.net_connections(kind="tcp")
@@ -101,7 +110,8 @@ def local_redis_pid(url: str) -> int | None:
         return None
     return next(
         (c.pid for c in listening
-         if c.status == psutil.CONN_LISTEN and c.laddr.port == (where.port or 6379) and c.pid),
+         if c.status == psutil.CONN_LISTEN and c.laddr.port == (where.port or default_port)
+         and c.pid),
         None,
     )  # fmt: skip
 

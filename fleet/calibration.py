@@ -247,8 +247,13 @@ def controlplane_figures(report: dict, task: str) -> dict[str, float]:
     report, where the checkout has that benchmark (the fleet around a near-free model, so
     that what surrounds the model is measured alone): web, the workers outside the model
     (tokenization is theirs), Postgres and Redis, as the BatchCost fields they replace.
-    Its report gives them as `batch.<task>.cpu_ms_per_1000_items.<tier>`."""
-    per_thousand = report["batch"][task]["cpu_ms_per_1000_items"]
+    Its report (format 2) gives them per batch broker, as
+    `brokers.<broker>.batch.<task>.cpu_ms_per_1000_items.<tier>`; calibration runs it on
+    the broker the settings name, the report's only one."""
+    if report.get("format") != 2:
+        raise PlanError(f"bench/controlplane.py wrote format {report.get('format')}, not 2")
+    (run,) = report["brokers"].values()
+    per_thousand = run["batch"][task]["cpu_ms_per_1000_items"]
 
     def seconds(tier: str) -> float:
         return float(per_thousand.get(tier, 0.0)) / 1_000_000

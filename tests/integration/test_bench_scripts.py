@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,28 +85,46 @@ def test_the_benchmarks_worker_includes_the_naive_task(monkeypatch, tmp_path):
     assert done.stdout.split() == [NAIVE]
 
 
-@pytest.mark.e2e  # the benchmark starts the web app and real workers
-def test_the_control_plane_benchmark_runs_a_job_and_requests_on_a_real_fleet(tmp_path):
+@pytest.mark.e2e  # a fleet on each broker: the web app and real workers
+def test_the_control_plane_benchmark_measures_both_brokers_and_requests_on_a_real_fleet(
+    tmp_path,
+):
+    """Its one-broker form (the environment's broker) runs in `laneway calibrate`'s test
+    (tests/e2e/test_calibrate_plan.py)."""
     from tests.e2e.procs import free_port
+    from tests.rabbit import RABBITMQ, rabbitmqctl
 
+    rabbitmqctl("status")  # skips where no local node can make the benchmark's vhost
     out = tmp_path / "cp.json"
-    argv = [sys.executable, str(ROOT / "bench" / "controlplane.py"), "--items", "300",
-            "--tasks", "embed", "--clients", "2", "--seconds", "1", "--port", str(free_port()),
-            "--json", str(out)]  # fmt: skip
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    argv = [sys.executable, str(ROOT / "bench" / "controlplane.py"), "--items", "100",
+            "--tasks", "embed", "--clients", "2", "--seconds", "1", "--brokers",
+            "redis,rabbitmq", "--port", str(free_port()), "--json", str(out)]  # fmt: skip
+    env = {**os.environ, "LANEWAY_BENCH_RABBITMQ": RABBITMQ}
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
-    job = report["batch"]["embed"]
-    # Every item has exactly one result (the results' key is (job, idx)), none an error.
-    assert (job["status"], job["results"], job["result_errors"]) == ("succeeded", 300, 0)
-    assert job["items_per_s"] > 0
-    tiers = job["cpu_ms_per_1000_items"]
-    assert tiers["cpu_workers"] > 0 and tiers["web"] > 0 and tiers["tokenization"] > 0
-    assert {"postgres", "worker_outside_model"} <= set(tiers)
+    assert report["format"] == 2 and list(report["brokers"]) == ["redis", "rabbitmq"]
+    tiers = {}
+    for broker, run in report["brokers"].items():
+        job = run["batch"]["embed"]
+        # Every item has exactly one result, none an error, on each broker.
+        assert (job["status"], job["results"], job["result_errors"]) == ("succeeded", 100, 0)
+        assert job["items_per_s"] > 0
+        tiers[broker] = job["cpu_ms_per_1000_items"]
+        assert tiers[broker]["cpu_workers"] > 0 and tiers[broker]["web"] > 0, broker
+    # Redis serves both fleets (results, the interactive path); the RabbitMQ node's own
+    # process is metered on its fleet alone.
+    common = {"web", "cpu_workers", "postgres", "redis", "tokenization", "worker_outside_model"}
+    assert common <= set(tiers["redis"]) and "rabbitmq" not in tiers["redis"]
+    assert common | {"rabbitmq"} <= set(tiers["rabbitmq"])
+    # The interactive levels ran once, on the first broker's fleet (Redis either way).
     level = report["interactive"]["2"]
     assert level["requests"] > 0 and level["errors"] == 0
     assert level["p50_ms"] <= level["p99_ms"]
     assert level["cpu_ms_per_request"]["interactive_worker"] > 0
+    # The output ends with the two brokers' figures, one after the other.
+    summary = done.stdout[done.stdout.rindex("redis, batch lanes on redis") :]
+    assert "rabbitmq, batch lanes on rabbitmq" in summary and "rabbitmq beam.smp" in summary
 
 
 def test_the_fair_share_benchmark_measures_a_small_job_and_the_shares_on_a_real_fleet(tmp_path):
@@ -113,7 +132,7 @@ def test_the_fair_share_benchmark_measures_a_small_job_and_the_shares_on_a_real_
 
     out = tmp_path / "fs.json"
     argv = [sys.executable, str(ROOT / "bench" / "fairshare.py"), "--big", "4000",
-            "--small", "40", "--share-items", "3000", "--share-seconds", "14",
+            "--small", "40", "--share-items", "3000", "--share-seconds", "8",
             "--window-seconds", "4", "--alone-items", "200", "--huge", "3000",
             "--port", str(free_port()), "--json", str(out)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=600)

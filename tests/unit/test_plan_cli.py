@@ -153,12 +153,16 @@ def test_the_window_is_the_job_not_the_worker_start() -> None:
 
 def test_control_plane_figures_replace_the_tiers_they_measure() -> None:
     from fleet.calibration import controlplane_figures
+    from fleet.capacity import PlanError
 
-    # bench/controlplane.py's --json: CPU ms per 1,000 items by tier for each task's job
-    report = {"batch": {"classify": {"cpu_ms_per_1000_items": {
+    # bench/controlplane.py's --json: CPU ms per 1,000 items by tier for each task's job,
+    # under the one broker calibration runs it on
+    per_thousand = {
         "web": 900.0, "cpu_workers": 2500.0, "worker_outside_model": 2100.0,
         "postgres": 400.0, "redis": 150.0, "client": 30.0, "tokenization": 800.0,
-    }}}}  # fmt: skip
+    }  # fmt: skip
+    job = {"classify": {"cpu_ms_per_1000_items": per_thousand}}
+    report = {"format": 2, "brokers": {"redis": {"batch": job}}}
     assert controlplane_figures(report, "classify") == pytest.approx(
         {
             "web_cpu_s": 0.0009,
@@ -167,3 +171,6 @@ def test_control_plane_figures_replace_the_tiers_they_measure() -> None:
             "redis_cpu_s": 0.00015,
         }  # fmt: skip
     )
+    # A report of another shape is refused by name, not misread.
+    with pytest.raises(PlanError, match="format 1, not 2"):
+        controlplane_figures({"format": 1, "batch": job}, "classify")
