@@ -135,9 +135,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # work together rather than one idling while the other runs a long file last. The files
 # that run longest, longest first (`--durations`), then each folder, the slowest first.
 LONGEST_FILES = (
-    "tests/e2e/test_gpu_lane.py",
     "tests/e2e/test_calibrate_plan.py",
     "tests/faults/test_redis_flushed.py",
+    "tests/e2e/test_gpu_lane.py",
     "tests/e2e/test_die_together.py",
     "tests/e2e/test_tracing.py",
     "tests/faults/test_worker_killed.py",

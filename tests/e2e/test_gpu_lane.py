@@ -8,17 +8,19 @@ import json
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from sqlalchemy import select
 
+from core.util.faults import stall_file
 from db.models import Chunk, Job, Worker, WorkerEvent
 from db.session import session_scope
 from inference.precision import choose, runtime_label
 from jobs.submit import submit_job
 from tests.e2e.procs import BIN, Proc, wait_for
-from tests.faults.harness import LONG_TEXT, assert_exactly_one_result_each, wait_final
+from tests.faults.harness import assert_exactly_one_result_each, stall_items, wait_final
 
 pytestmark = pytest.mark.e2e
 HOST = socket.gethostname()
@@ -87,18 +89,24 @@ def test_each_gpu_worker_process_sees_exactly_its_device(settings, migrated, tmp
 
 
 @pytest.fixture(scope="module")
-def fleet(migrated, tmp_path_factory):
+def fleet_home(tmp_path_factory) -> Path:
+    """The fleet's LANEWAY_HOME, where a test's stall file holds a chunk (core/util/faults)."""
+    return tmp_path_factory.mktemp("gpu-fleet-home")
+
+
+@pytest.fixture(scope="module")
+def fleet(migrated, tmp_path_factory, fleet_home):
     """`laneway fleet` (a cpu worker kept up, gpu0 and gpu1 on demand) and beat stopping gpu
-    workers idle for 3 s."""
+    workers idle for 3 s; a chunk with a stall-marked text is held in its model stage
+    while the fleet's stall file exists."""
     logdir = tmp_path_factory.mktemp("gpu-fleet")
     env = {
         **FALLBACK,
         "LANEWAY_GPU_DEVICES": "0,1",
         "LANEWAY_GPU_IDLE_TIMEOUT": "3",
         "LANEWAY_RECONCILE_INTERVAL": "2",
-        # One text per micro-batch: a chunk keeps its gpu worker busy for seconds.
-        "LANEWAY_BATCH_SIZE": "1",
-        "LANEWAY_HOME": str(logdir / "home"),
+        "LANEWAY_FAULTS": "stall",
+        "LANEWAY_HOME": str(fleet_home),
     }
     supervisor = Proc("fleet", [str(BIN / "laneway"), "fleet"], logdir, env)
     scheduler = Proc("beat", [str(BIN / "laneway"), "beat"], logdir, env)
@@ -142,23 +150,36 @@ def now_db(settings):
 
 
 def test_gpu_work_at_zero_starts_workers_and_beat_stops_the_idle_one_not_the_busy_one(
-    settings, fleet, account_factory
+    settings, fleet, fleet_home, account_factory
 ):
     started = now_db(settings)
     account, _ = account_factory("enterprise")
-    # Two chunks wait: a long one (240 long texts) keeps one gpu worker busy for seconds,
-    # a short one lets the other go idle.
-    items = [(f"z{i}", f"{LONG_TEXT} #{i}") for i in range(240)]
-    job = submit_job(account, items, settings=settings.replace(chunk_size=240))
+    # Two chunks wait: one held in its model stage (a stall-marked text, while the stall
+    # file exists) keeps one gpu worker busy as long as the test needs, a short one lets the
+    # other go idle.
+    stall = stall_file(settings.replace(home=fleet_home))
+    stall.touch()
+    job = submit_job(account, stall_items(60, 0, "z"), settings=settings.replace(chunk_size=60))
     short = submit_job(
         account,
         [(f"q{i}", f"late parcel {i}") for i in range(50)],
         settings=settings.replace(chunk_size=50),
     )
     assert job.lane == short.lane == "gpu" and job.routing["policy"] == "threshold"
-    assert wait_final(settings, job.id, 240, fleet) == "succeeded"
-    assert wait_final(settings, short.id, 60, fleet) == "succeeded"
-    assert_exactly_one_result_each(settings, job.id, 240)
+    try:
+        assert wait_final(settings, short.id, 240, fleet) == "succeeded"
+
+        def idle_one_down():
+            events = gpu_events(settings, started)
+            return any(e.kind == "scale_down" for e in events)
+
+        # The idle worker goes while the other still holds the chunk.
+        wait_for(idle_one_down, 60, "the idle gpu worker scaled down", fleet,
+                 report=lambda: gpu_workers_report(settings))  # fmt: skip
+    finally:
+        stall.unlink(missing_ok=True)
+    assert wait_final(settings, job.id, 120, fleet) == "succeeded"
+    assert_exactly_one_result_each(settings, job.id, 60)
 
     with session_scope(settings) as session:
         chunk = session.scalars(select(Chunk).where(Chunk.job_id == job.id)).one()
