@@ -8,11 +8,9 @@ starts a node of its own (`private_node`), so that it can run beside every other
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,15 +21,16 @@ import pytest
 
 RABBITMQ = os.environ.get("LANEWAY_TEST_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672")
 USER = "guest"
+# RabbitMQ's own start script (Debian's `rabbitmq-server` on PATH wraps it and switches to
+# the rabbitmq user, who cannot reach a test's temporary folder).
+SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 
 
-def rabbitmqctl(*args: str, timeout: float = 60, node: str | None = None) -> str:
-    """rabbitmqctl against the shared node, or against `node` (a private one)."""
+def rabbitmqctl(*args: str, timeout: float = 60) -> str:
     if shutil.which("rabbitmqctl") is None:
         pytest.skip("rabbitmqctl is not on PATH: the RabbitMQ tests need a local node")
-    where = ["-n", node] if node else []
     done = subprocess.run(
-        ["rabbitmqctl", "-q", *where, *args], capture_output=True, text=True, timeout=timeout
+        ["rabbitmqctl", "-q", *args], capture_output=True, text=True, timeout=timeout
     )
     if done.returncode:
         pytest.fail(f"rabbitmqctl {' '.join(args)}: {done.stderr.strip()}", pytrace=False)
@@ -90,6 +89,7 @@ class Node:
             "RABBITMQ_LOG_BASE": str(home / "log"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(home / "enabled_plugins"),
             "RABBITMQ_FEATURE_FLAGS_FILE": str(home / "feature_flags"),
+            "HOME": str(home),  # the node's Erlang cookie is written here, its own
         }
         self.proc = None
         self.starts = 0
@@ -99,7 +99,7 @@ class Node:
         from tests.e2e.procs import Proc
 
         self.starts += 1
-        self.proc = Proc(f"rabbitmq-{self.starts}", ["rabbitmq-server"], self.logdir, self.env)
+        self.proc = Proc(f"rabbitmq-{self.starts}", [SERVER], self.logdir, self.env)
         deadline = time.monotonic() + self.start_timeout
         while not _answers(self.port):
             if not self.proc.alive():
@@ -109,10 +109,10 @@ class Node:
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """Stop the whole node, as `systemctl stop rabbitmq-server` does, and wait for it."""
-        if self.proc is not None and self.proc.alive():
-            rabbitmqctl("stop", node=self.name)
-            self.proc.proc.wait(self.start_timeout)
+        """Stop the whole node, as `systemctl stop rabbitmq-server` does (SIGTERM: the
+        server script stops the node gracefully), and wait for it."""
+        if self.proc is not None:
+            self.proc.stop(self.start_timeout)
 
 
 def _answers(port: int) -> bool:
@@ -125,25 +125,18 @@ def _answers(port: int) -> bool:
 
 @contextmanager
 def private_node(logdir: Path, start_timeout: float = 90) -> Iterator[Node]:
-    """A RabbitMQ node of this test's own (Debian's rabbitmq-server, as the machine's
-    service runs it), on free loopback ports, its data in a temporary folder of its own:
-    a test may stop and start it without touching any other run's broker.
-
-    rabbitmq-server runs as the `rabbitmq` user (Debian's wrapper switches to it when
-    started by root), so the node's folder is that user's; the node is stopped and its
-    folder removed at the end, whatever happened."""
-    if shutil.which("rabbitmq-server") is None:
-        pytest.skip("rabbitmq-server is not on PATH: this test starts a RabbitMQ node")
-    if os.geteuid() != 0:
-        pytest.skip("rabbitmq-server starts a node only for root or the rabbitmq user")
-    home = Path(tempfile.mkdtemp(prefix="laneway-rabbit-"))
-    user = pwd.getpwnam("rabbitmq")
-    os.chown(home, user.pw_uid, user.pw_gid)
+    """A RabbitMQ node of this test's own (RabbitMQ's own server script, as the machine's
+    service runs it), on free loopback ports, its data, logs and Erlang cookie in a folder
+    inside `logdir`: a test may stop and start it without touching any other run's broker
+    or any file outside its own temporary folder. The node is stopped at the end, whatever
+    happened."""
+    if not Path(SERVER).exists():
+        pytest.skip(f"{SERVER} is missing: this test starts a RabbitMQ node")
+    home = logdir / "rabbitmq-node"
+    home.mkdir()
     node = Node(logdir, home, start_timeout)
     try:
         node.start()
         yield node
     finally:
-        if node.proc is not None:
-            node.proc.stop()
-        shutil.rmtree(home, ignore_errors=True)
+        node.stop()
