@@ -64,9 +64,14 @@ def scale_down(settings: Settings | None = None) -> list[str]:
 
 
 def _holds_nothing(app: Any, hostname: str) -> bool:
-    """True when the worker answers that it runs no task and has none reserved."""
+    """True when the worker answers that it has no task reserved and runs none.
+
+    Reserved first: a task goes from reserved to active (its pool process takes it), never
+    back, so one moving between the two questions is in the second answer. Asked the other
+    way round, a task taken between them is in neither (a worker whose pool process was
+    still loading its model when the task arrived takes it just then)."""
     inspect = app.control.inspect(destination=[hostname], timeout=2.0, limit=1)
-    for ask in (inspect.active, inspect.reserved):
+    for ask in (inspect.reserved, inspect.active):
         replies = ask()
         if not replies or replies.get(hostname):
             return False

@@ -175,3 +175,16 @@ def test_a_reconciler_pass_marks_its_end(settings, migrated):
     started = time.time()
     reconcile()
     assert float(r.get(mark_key("reconcile"))) >= started
+
+
+def test_a_reconciler_pass_returns_what_celery_stores(settings, migrated):
+    """A worker stores the pass's outcome in the result backend as JSON: every part is
+    data (each lane's depth, not the function that reads them)."""
+    from kombu.utils.json import dumps, loads
+
+    from core.vocab import LANES
+    from tasks.maintenance import reconcile
+
+    outcome = loads(dumps(reconcile()))
+    assert set(outcome["depth"]) == set(LANES)
+    assert all(isinstance(n, int) for n in outcome["depth"].values())
