@@ -40,6 +40,11 @@ def worker_argv(
         "-n", f"{name or lane}@%h",
         "--loglevel", log_level(),
         "-E",
+        # Mingle asks every other worker for its revoked tasks and waits a second for the
+        # answers; gossip has each worker follow all the others' events. Laneway revokes no
+        # task and elects no leader (Postgres holds the state), so a worker starts a
+        # second sooner (a gpu worker's cold start) and spends nothing on its neighbours.
+        "--without-mingle", "--without-gossip",
     ]  # fmt: skip
     if lane == "gpu":
         # One chunk at a time per device, and one message prefetched at most.

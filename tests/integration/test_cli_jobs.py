@@ -200,3 +200,15 @@ def test_no_alembic_lines_unless_asked(migrated):
     asked = subprocess.run([str(BIN / "laneway"), "--log-level", "info", "db", "upgrade"], env=env,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert "alembic.runtime.migration" in asked.stderr
+
+
+def test_every_lane_s_worker_starts_without_mingle_or_gossip():
+    """Neither serves Laneway (it revokes no task, elects no leader); mingle alone holds
+    each worker's start, a gpu worker's cold start too, for a second."""
+    from core.config.settings import Settings
+    from fleet.processes import worker_argv
+
+    settings = Settings.from_env()
+    for lane in ("cpu", "gpu", "maintenance", "interactive.cpu"):
+        argv = worker_argv(lane, settings)
+        assert {"--without-mingle", "--without-gossip"} <= set(argv), lane
