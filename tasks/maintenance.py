@@ -87,10 +87,9 @@ def recover_chunks(
     broker away) and a message dropped at the queue's delivery limit. AMQP lists no
     message without consuming it, so a queued chunk counts as lost when its stage's queue
     holds no ready message at all (nothing waits that could be it) and it has waited past
-    `redispatch_after`; while Celery's delay queues hold any message, past the longest
-    countdown more (LanewayTask.retry_backoff_max: a retried task waits out its countdown
-    there, not in the lane's queue). A lost message is found once its queue drains, later
-    than on Redis but never missed. A chunk
+    `redispatch_after` plus the longest countdown (LanewayTask.retry_backoff_max: a retried
+    task waits out its countdown in Celery's delay queues, not in the lane's). A lost
+    message is found once its queue drains, later than on Redis but never missed. A chunk
     sent twice is harmless, as on Redis: a later claim takes the chunk over, only the
     claim's holder records its end, and results are upserted.
     """
@@ -101,11 +100,10 @@ def recover_chunks(
     to_send: list[tuple[Chunk, str]] = []
     settle_jobs: set[uuid.UUID] = set()
     queued_before = now - timedelta(seconds=settings.redispatch_after)
-    # On RabbitMQ a retry's message waits out its countdown in the delay queues: while they
-    # hold any, a queued chunk gets the longest countdown more before it counts as lost.
-    countdown_before = queued_before - timedelta(seconds=LanewayTask.retry_backoff_max)
-    if emptied_at is not None and not settings.broker_is_rabbitmq:
-        # Redis coming back empty loses none of RabbitMQ's messages: no prompt resend there.
+    if settings.broker_is_rabbitmq:
+        # Redis coming back empty loses none of RabbitMQ's messages: no prompt resend.
+        queued_before -= timedelta(seconds=LanewayTask.retry_backoff_max)
+    elif emptied_at is not None:
         queued_before = max(queued_before, min(emptied_at, now))
     with session_scope(settings) as session:
         candidates = chunks.lock_recoverable(session, queued_before)
@@ -119,8 +117,6 @@ def recover_chunks(
             held_since = now.timestamp() - limit
             if chunk.state == "queued":
                 if any(broker.holds(i, held_since, queue) for i, queue in messages):
-                    continue
-                if broker.delayed and aware(chunk.queued_at) >= countdown_before:
                     continue
                 reason = "its broker message was lost"
             elif chunk.worker_instance in alive:

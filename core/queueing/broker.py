@@ -25,7 +25,6 @@ import amqp.exceptions
 import kombu.exceptions
 import redis
 from kombu import Connection
-from kombu.transport.native_delayed_delivery import MAX_LEVEL, level_name
 
 from core.config.settings import Settings
 from core.queueing.celery_app import QUEUES
@@ -112,10 +111,6 @@ class Snapshot:
     waiting: set[str] = field(default_factory=set)
     delivered: dict[str, float] = field(default_factory=dict)
     busy: set[str] | None = None
-    # RabbitMQ: messages in Celery's delay queues (a retry's countdown waits there, in no
-    # lane's queue); Redis keeps a countdown's message in its lane's `unacked`, which
-    # `delivered` reads.
-    delayed: int = 0
 
     def holds(self, task_id: str, delivered_after: float = 0.0, queue: str = "") -> bool:
         """True when the task waits in a queue, or was delivered after `delivered_after`."""
@@ -174,11 +169,6 @@ BROKER_ERRORS: tuple[type[BaseException], ...] = (
 AMQP_TIMEOUT = 5  # seconds to connect to RabbitMQ before a read gives up
 
 
-# The queues of Celery's native delayed delivery on RabbitMQ (kombu's, one per bit of a
-# countdown in seconds): a message sent with a countdown waits in them, not in its lane.
-DELAY_QUEUES = tuple(level_name(level) for level in range(MAX_LEVEL + 1))
-
-
 def rabbitmq_ready(url: str, queues: Iterable[str]) -> dict[str, int]:
     """Messages ready in each RabbitMQ queue, from a passive declare (AMQP 0-9-1's
     queue.declare-ok carries the count; no management plugin needed). Messages delivered
@@ -220,8 +210,4 @@ def broker_snapshot(settings: Settings, queues: Iterable[str]) -> Snapshot:
     """What the broker holds, for the reconciler: task ids on Redis, busy queues on RabbitMQ."""
     if not settings.broker_is_rabbitmq:
         return snapshot(redis_client(settings), queues)
-    queues = list(queues)
-    ready = rabbitmq_ready(settings.broker, [*queues, *DELAY_QUEUES])
-    return Snapshot(
-        busy={q for q in queues if ready[q]}, delayed=sum(ready[q] for q in DELAY_QUEUES)
-    )
+    return Snapshot(busy={q for q, n in rabbitmq_ready(settings.broker, queues).items() if n})

@@ -9,14 +9,13 @@ from datetime import timedelta
 
 import pytest
 from kombu import Connection
-from kombu.transport.native_delayed_delivery import level_name
 
-from core.queueing.broker import DELAY_QUEUES, broker_snapshot, depth, depths
+from core.queueing.broker import broker_snapshot, depth, depths
 from core.queueing.celery_app import QUEUES, LanewayTask
 from core.queueing.dispatch import send_chunks
 from db.common import utcnow
 from tasks.maintenance import recover_chunks
-from tests.broker import empty_queues, purge_rabbitmq
+from tests.broker import empty_queues
 from tests.integration.test_reconcile import LONG_AGO, get_chunk, make_job, set_chunk
 from tests.rabbit import on_rabbitmq
 
@@ -49,50 +48,27 @@ def test_a_sent_chunk_waits_in_a_quorum_queue_until_its_delivery_limit(rabbit):
     assert depth(rabbit, "cpu")["depth"] == 0
 
 
-def delay_queue_message(rabbit, level: int = 4) -> None:
-    """A message waiting in one of Celery's delay queues, as a retry's countdown does."""
-    from kombu import Queue
-
-    with Connection(rabbit.broker) as conn:
-        queue = Queue(level_name(level), queue_arguments={"x-queue-type": "quorum"})
-        conn.Producer().publish({"countdown": "waits"}, routing_key=queue.name,
-                                declare=[queue])  # fmt: skip
-
-
 def test_the_reconciler_resends_a_lost_message_once_its_queue_holds_none(rabbit):
-    """A chunk counts as lost only when its queue holds no ready message, past the grace,
-    and past the longest countdown more while Celery's delay queues hold a message (a
-    retried chunk's may wait there); its new message then keeps it from being sent again."""
+    """A chunk counts as lost only when its queue holds no ready message, past the grace
+    plus the longest countdown; its new message then keeps it from being sent again."""
     _, (lost,) = make_job(rabbit)
     _, (waiting,) = make_job(rabbit)
-    _, (counting,) = make_job(rabbit)
     _, (recent,) = make_job(rabbit)
-    grace = timedelta(seconds=rabbit.redispatch_after)
-    countdown = timedelta(seconds=LanewayTask.retry_backoff_max)
+    grace = timedelta(seconds=rabbit.redispatch_after + LanewayTask.retry_backoff_max)
     set_chunk(rabbit, lost, queued_at=utcnow() - LONG_AGO)
     set_chunk(rabbit, waiting, queued_at=utcnow() - LONG_AGO)
-    set_chunk(rabbit, counting, queued_at=utcnow() - grace - countdown / 2)
     set_chunk(rabbit, recent, queued_at=utcnow() - grace + timedelta(seconds=30))
     send_chunks([(get_chunk(rabbit, waiting), "cpu")])  # a message waits in cpu
-    delay_queue_message(rabbit)
-    snapshot = broker_snapshot(rabbit, QUEUES)
-    assert (snapshot.busy, snapshot.delayed) == ({"cpu"}, 1)
-    assert not {lost, waiting, counting, recent} & set(recover_chunks(rabbit)["redispatched"])
+    assert broker_snapshot(rabbit, QUEUES).busy == {"cpu"}
+    assert not {lost, waiting, recent} & set(recover_chunks(rabbit)["redispatched"])
 
     empty_queues(rabbit)  # the queue drains: nothing waiting could be the lost one's
     redispatched = set(recover_chunks(rabbit)["redispatched"])
-    assert redispatched & {lost, waiting, counting, recent} == {lost, waiting}
+    assert redispatched & {lost, waiting, recent} == {lost, waiting}
     assert get_chunk(rabbit, lost).last_error == "its broker message was lost"
     assert depth(rabbit, "cpu")["queued"] == len(redispatched)
     set_chunk(rabbit, lost, queued_at=utcnow() - LONG_AGO)
     assert lost not in recover_chunks(rabbit)["redispatched"]  # its message waits now
-
-    # The delay queues empty: no countdown can hold the chunk's message any more.
-    empty_queues(rabbit)
-    purge_rabbitmq(rabbit.broker, DELAY_QUEUES)
-    assert broker_snapshot(rabbit, QUEUES).delayed == 0
-    redispatched = set(recover_chunks(rabbit)["redispatched"])
-    assert redispatched & {counting, recent} == {counting}
 
 
 def test_redis_coming_back_empty_sends_nothing_again_on_rabbitmq(rabbit):
