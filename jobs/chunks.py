@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -300,10 +300,16 @@ def release(session: Session, job_id: uuid.UUID, n: int, now: datetime) -> list[
 # --- recovery by the reconciler -----------------------------------------------------------
 
 
-def lock_recoverable(session: Session, queued_before: datetime) -> list[Any]:
+def lock_recoverable(
+    session: Session, queued_before: datetime, unsent: Collection[int] = ()
+) -> list[Any]:
     """(chunk, lane, job status) of open jobs' chunks that may be lost: queued before
-    `queued_before`, or running. Locked `SKIP LOCKED` (rule 2): a chunk a worker is
-    claiming or finishing now is not lost, and the reconciler never waits on one."""
+    `queued_before` or noted as `unsent`, or running. Locked `SKIP LOCKED` (rule 2): a
+    chunk a worker is claiming or finishing now is not lost, and the reconciler never
+    waits on one."""
+    waited = Chunk.queued_at < queued_before
+    if unsent:
+        waited = or_(waited, Chunk.id.in_(sorted(unsent)))
     return list(
         session.execute(
             select(Chunk, Job.lane, Job.status)
@@ -311,7 +317,7 @@ def lock_recoverable(session: Session, queued_before: datetime) -> list[Any]:
             .where(
                 Job.status.in_(("queued", "running", "cancelling")),
                 or_(
-                    and_(Chunk.state == "queued", Chunk.queued_at < queued_before),
+                    and_(Chunk.state == "queued", waited),
                     Chunk.state == "running",
                 ),
             )

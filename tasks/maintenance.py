@@ -22,7 +22,7 @@ from core.config.settings import Settings
 from core.queueing.alerts import raise_alert
 from core.queueing.broker import broker_snapshot, depths
 from core.queueing.celery_app import QUEUES, LanewayTask, app_settings
-from core.queueing.dispatch import chunk_messages, send_chunks
+from core.queueing.dispatch import chunk_messages, forget_unsent, send_chunks, unsent_chunks
 from core.store.fleet_metrics import mark
 from core.vocab import LANES
 from db import idempotency
@@ -70,6 +70,8 @@ def recover_chunks(
 ) -> dict[str, list[int]]:
     """Send again the chunks that are not where Postgres says they are.
 
+    - `queued` and noted as unsent (core/queueing/dispatch.py: its send failed after its
+      commit, the broker away): sent again on this pass, whatever the broker holds.
     - `queued` for longer than `redispatch_after` with no message in the broker (waiting,
       or delivered recently enough to be held by a live worker): the message was lost. When
       beat saw Redis come back empty at `emptied_at`, every chunk queued before then with
@@ -84,7 +86,8 @@ def recover_chunks(
     On RabbitMQ (durable quorum queues, publisher confirms) a confirmed publish is not
     lost, and a worker's unacknowledged messages go back to their queue the moment its
     connection drops; what is left to lose is a send that failed after its commit (the
-    broker away) and a message dropped at the queue's delivery limit. AMQP lists no
+    broker away: noted as unsent, so sent again on the first pass after the broker is
+    back) and a message dropped at the queue's delivery limit. AMQP lists no
     message without consuming it, so a queued chunk counts as lost when its stage's queue
     holds no ready message at all (nothing waits that could be it) and it has waited past
     `redispatch_after` plus the longest countdown (LanewayTask.retry_backoff_max: a retried
@@ -105,17 +108,18 @@ def recover_chunks(
         queued_before -= timedelta(seconds=LanewayTask.retry_backoff_max)
     elif emptied_at is not None:
         queued_before = max(queued_before, min(emptied_at, now))
+    unsent = unsent_chunks(settings)
     with session_scope(settings) as session:
-        candidates = chunks.lock_recoverable(session, queued_before)
-        if not candidates:
-            return outcome
+        candidates = chunks.lock_recoverable(session, queued_before, unsent)
         # Read after the rows are locked: a worker claiming one of them now waits for us.
-        broker = broker_snapshot(settings, QUEUES)
+        broker = broker_snapshot(settings, QUEUES) if candidates else None
         for chunk, lane, status in candidates:
             messages = chunk_messages(chunk.task_id, lane)
             limit = settings.chunk_timeout_for(lane) + LIMIT_GRACE
             held_since = now.timestamp() - limit
-            if chunk.state == "queued":
+            if chunk.state == "queued" and chunk.id in unsent:
+                reason = "its send failed (the broker was away)"
+            elif chunk.state == "queued":
                 if any(broker.holds(i, held_since, queue) for i, queue in messages):
                     continue
                 reason = "its broker message was lost"
@@ -143,6 +147,10 @@ def recover_chunks(
             to_send.append((chunk, lane))
             outcome["redispatched"].append(chunk.id)
         after_commit(session, lambda: send_chunks(to_send))
+    # Each is sent again now, or waits for no send any more (it ended, or a worker is
+    # claiming it: a claim comes from a message). Had this pass's send failed, it would
+    # have noted its chunks afresh and not come here.
+    forget_unsent(settings, sorted(unsent))
     for job_id in settle_jobs:
         settle(job_id, settings)
     return outcome

@@ -8,14 +8,19 @@ through the Celery app the process's entry room built (core.queueing.celery_app.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+import redis
 from celery import chain, signature
 
 from core.config.settings import Settings, get_settings
 from core.queueing.celery_app import app_settings, chunk_time_limits, sending_app
 from core.queueing.result_backend import fire_and_forget
+from core.store.redis_conn import redis_client
+
+log = logging.getLogger(__name__)
 
 GPU_STAGES = ("prep", "model", "post")
 STAGE_QUEUE = {"run": "cpu", "prep": "cpu", "model": "gpu", "post": "cpu"}
@@ -64,11 +69,53 @@ def chunk_signature(chunk: Any, lane: str, settings: Settings | None = None, app
     return sigs[0] if len(sigs) == 1 else chain(*sigs, app=app)
 
 
+# The chunks whose send failed after their transition committed (the broker away): a set
+# of chunk ids in Redis, which the reconciler's next pass sends again without waiting out
+# the grace it gives a message that may still be on its way (tasks/maintenance.py).
+UNSENT_KEY = "laneway:unsent-chunks"
+
+
 def send_chunks(chunks: Sequence[tuple[Any, str]]) -> None:
     """Send (chunk, lane) pairs: slots given by fair share, the reconciler's re-sends,
-    split halves."""
+    split halves. Should a send fail, it and those after it are noted as unsent and the
+    error goes on to the caller."""
     app = sending_app()
     settings = app_settings()
-    with fire_and_forget():
-        for chunk, lane in chunks:
-            chunk_signature(chunk, lane, settings, app).apply_async()
+    sent = 0
+    try:
+        with fire_and_forget():
+            for chunk, lane in chunks:
+                chunk_signature(chunk, lane, settings, app).apply_async()
+                sent += 1
+    except Exception:
+        note_unsent(settings, [chunk.id for chunk, _ in chunks[sent:]])
+        raise
+
+
+def note_unsent(settings: Settings, chunk_ids: Sequence[int]) -> None:
+    """Remember chunks whose send failed, for the reconciler. Best effort: with Redis away
+    too (the broker on Redis), the reconciler still finds them after its grace."""
+    _change_unsent(settings, "sadd", chunk_ids, "chunks %s were neither sent nor noted (%s)")
+
+
+def unsent_chunks(settings: Settings) -> set[int]:
+    """The chunk ids noted as unsent (none when Redis does not answer)."""
+    try:
+        return {int(i) for i in redis_client(settings).smembers(UNSENT_KEY)}
+    except redis.RedisError:
+        return set()
+
+
+def forget_unsent(settings: Settings, chunk_ids: Sequence[int]) -> None:
+    """Drop chunks from the unsent set. Best effort: a chunk left there is only sent once
+    more, which a chunk survives."""
+    _change_unsent(settings, "srem", chunk_ids, "the unsent chunks %s stay noted (%s)")
+
+
+def _change_unsent(settings: Settings, command: str, chunk_ids: Sequence[int], failed: str) -> None:
+    if not chunk_ids:
+        return
+    try:
+        getattr(redis_client(settings), command)(UNSENT_KEY, *chunk_ids)
+    except redis.RedisError as exc:
+        log.warning(failed, list(chunk_ids), exc)

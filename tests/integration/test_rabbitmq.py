@@ -16,7 +16,13 @@ from core.queueing.dispatch import send_chunks
 from db.common import utcnow
 from tasks.maintenance import recover_chunks
 from tests.broker import empty_queues
-from tests.integration.test_reconcile import LONG_AGO, get_chunk, make_job, set_chunk
+from tests.integration.test_reconcile import (
+    LONG_AGO,
+    check_an_unsent_chunk_is_sent_again_at_once,
+    get_chunk,
+    make_job,
+    set_chunk,
+)
 from tests.rabbit import on_rabbitmq
 
 pytestmark = pytest.mark.slow
@@ -95,3 +101,9 @@ def test_gpu_work_waiting_on_rabbitmq_is_what_scaling_reads(rabbit):
     with session_scope(rabbit) as session:
         lanes = live_lanes(rabbit, session)  # routing reads the work not done, in Postgres
     assert (lanes.gpu_backlog_items, lanes.cpu_backlog_items) == (chunk.stop - chunk.start, 0)
+
+
+def test_a_chunk_whose_send_failed_is_sent_again_at_once_on_rabbitmq(rabbit):
+    """A RabbitMQ outage's failed sends go out on the first pass after it, not after the
+    grace plus the longest countdown that a lost message waits out."""
+    check_an_unsent_chunk_is_sent_again_at_once(rabbit)

@@ -303,3 +303,37 @@ def test_two_reconcilers_at_once_send_each_lost_chunk_once(settings, migrated, b
     assert len(sent) == len(set(sent))  # no chunk sent by both
     assert set(chunk_ids) <= set(sent)
     assert broker.llen("cpu") == len(sent)
+
+
+CLOSED_BROKER = {"redis": "redis://127.0.0.1:1/0", "rabbitmq": "amqp://guest:guest@127.0.0.1:1//"}
+
+
+def check_an_unsent_chunk_is_sent_again_at_once(settings) -> None:
+    """A send that fails after its commit (the broker away) notes its chunk; the next pass
+    sends it again without waiting out the grace, once. Shared by the Redis test here and
+    the RabbitMQ one (tests/integration/test_rabbitmq.py)."""
+    import kombu.exceptions
+
+    from core.queueing.broker import depth
+    from core.queueing.celery_app import make_celery
+    from core.queueing.dispatch import send_chunks, unsent_chunks
+
+    _, (chunk_id, other) = make_job(settings, n_items=4)
+    broker = "rabbitmq" if settings.broker_is_rabbitmq else "redis"
+    make_celery(
+        settings.replace(broker_url=CLOSED_BROKER[broker])
+    )  # what this process sends through
+    with pytest.raises(kombu.exceptions.OperationalError):
+        send_chunks([(get_chunk(settings, chunk_id), "cpu")])
+    assert unsent_chunks(settings) == {chunk_id}
+    make_celery(settings)  # the broker is back
+    assert recover_chunks(settings)["redispatched"] == [chunk_id]  # queued just now: no grace
+    assert get_chunk(settings, chunk_id).last_error == "its send failed (the broker was away)"
+    assert get_chunk(settings, other).last_error is None  # queued as recently, not noted
+    assert unsent_chunks(settings) == set()
+    assert depth(settings, "cpu")["queued"] == 1
+    assert recover_chunks(settings)["redispatched"] == []  # its message waits now
+
+
+def test_a_chunk_whose_send_failed_is_sent_again_at_once(settings, migrated, broker):
+    check_an_unsent_chunk_is_sent_again_at_once(settings)
