@@ -6,8 +6,8 @@ Every figure of a profile is a cost per item or per request in CPU seconds (robu
 shared or differently sized machine, unlike wall time), so a tier's cores are its rate
 times its cost, and a tier's processes are those cores over one process's, at a
 utilization of at most HEADROOM. The interactive path's p99 comes from an M/M/c queue
-(Erlang C) over the interactive workers' cores, on top of the p99 measured with one client.
-docs/operations.md ("Capacity planning") states each rule."""
+(Erlang C, fleet/mmc.py) over the interactive workers' cores, on top of the p99 measured
+with one client. docs/operations.md ("Capacity planning") states each rule."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.vocab import LANES, TASKS
+from fleet.mmc import wait_quantile_s
 
 PROFILE_VERSION = 1
 DEVICES = ("cpu", "cuda")
@@ -143,34 +144,6 @@ def profile_to_dict(profile: Profile) -> dict[str, Any]:
 
 
 # --- queueing --------------------------------------------------------------------------
-
-
-def erlang_c(servers: int, load: float) -> float:
-    """The probability that an arrival waits in an M/M/c queue of `servers` servers offered
-    `load` erlangs (arrival rate x service time); 1 when the queue is unstable. Computed
-    through Erlang B's recursion, which stays finite for thousands of servers."""
-    if load <= 0:
-        return 0.0
-    if load >= servers:
-        return 1.0
-    b = 1.0
-    for k in range(1, servers + 1):
-        b = load * b / (k + load * b)
-    rho = load / servers
-    return b / (1 - rho + rho * b)
-
-
-def wait_quantile_s(servers: int, rate: float, service_s: float, q: float = 0.99) -> float:
-    """The q-quantile of the time an M/M/c arrival waits before a server takes it: the
-    wait is 0 with probability 1 - C, else exponential at rate c/S - rate, so
-    P(W > t) = C exp(-(c/S - rate) t)."""
-    load = rate * service_s
-    if load >= servers:
-        return math.inf
-    waits = erlang_c(servers, load)
-    if waits <= 1 - q:
-        return 0.0
-    return math.log(waits / (1 - q)) / (servers / service_s - rate)
 
 
 # --- the target and the plan -----------------------------------------------------------

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,14 +16,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
-    EnvSettingsSource,
     NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
-from pydantic_settings.sources.utils import parse_env_vars
 
 from core.config import parsers as parse
+from core.config.environ import ENVIRON, Environment
+from core.config.limits import DEFAULT_ACCOUNT_LIMITS, AccountLimits
 from core.config.parsers import (
     Count,
     Csv,
@@ -51,46 +49,11 @@ from core.vocab import (
 AUTH_CACHE_MAX = 60.0
 
 
-@dataclass(frozen=True)
-class AccountLimits:
-    """What one account type may do: requests per window, items per job, bytes per request."""
-
-    rate_limit: str
-    max_items: int
-    max_upload_bytes: int
-
-
-# Per account type; None means the fleet-wide ceiling (LANEWAY_MAX_ITEMS and
-# LANEWAY_MAX_UPLOAD_BYTES). Demo and trial users come from the internet: keep them small.
-DEFAULT_ACCOUNT_LIMITS: dict[str, tuple[str, int | None, int | None]] = {
-    "demo": ("60/minute", 100, 1 * MIB),
-    "trial": ("300/minute", 1_000, 8 * MIB),
-    "standard": ("1000/minute", None, None),
-    "enterprise": ("5000/minute", None, None),
-}
-
-
 # Variables whose empty value means something (a task with no model, no gpu fallback);
 # any other empty or blank variable means "not set": its default applies.
 # Fields that follow from others (_derive): no variable sets them.
 DERIVED = frozenset({"embedded_redis", "account_limits"})
 KEEP_EMPTY = frozenset({"gpu_fallback", *(f"{task}_model" for task in TASKS)})
-
-
-class _Environment(EnvSettingsSource):
-    """The LANEWAY_* variables of os.environ, or of the mapping from_env was given."""
-
-    def _load_env_vars(self) -> Mapping[str, str | None]:
-        given = _ENVIRON.get()
-        environ = os.environ if given is None else given
-        # Names match as the shell spells them: laneway_chunk_size is not LANEWAY_CHUNK_SIZE
-        # (pydantic-settings, case-insensitive, would read either). Blank values are kept
-        # here; _blank_is_unset decides which of them mean the default.
-        named = {k: v for k, v in environ.items() if k.startswith("LANEWAY_") and k.isupper()}
-        return parse_env_vars(named, self.case_sensitive, False, None)
-
-
-_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("laneway_environ", default=None)
 
 
 class Settings(BaseSettings):
@@ -319,7 +282,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, _Environment(settings_cls)
+        return init_settings, Environment(settings_cls)
 
     @model_validator(mode="before")
     @classmethod
@@ -403,13 +366,13 @@ class Settings(BaseSettings):
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Build settings from LANEWAY_* variables (os.environ, or `environ`); raise
         SettingsError naming a bad one."""
-        token = _ENVIRON.set(environ)
+        token = ENVIRON.set(environ)
         try:
             return cls()
         except ValidationError as exc:
             raise parse.named(exc) from None
         finally:
-            _ENVIRON.reset(token)
+            ENVIRON.reset(token)
 
     @classmethod
     def variables(cls) -> list[str]:

@@ -81,3 +81,23 @@ def test_a_planted_import_breaks_its_contract(tree, path, line, broken):
         (tree / "db" / "results.py").write_text(original)
     assert done.returncode != 0, done.stdout[-2000:]
     assert broken in done.stdout.split("Broken contracts")[-1]
+
+
+# docs/architecture.md: "no production file over 500 lines unless the doc says why it is
+# one thing"; the files it names, each with its reason there.
+LONG_FILE_LINES = 500
+
+
+def test_no_production_file_is_over_500_lines_unless_the_architecture_says_why():
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    files = [p for room in ROOMS for p in (ROOT / room).rglob("*.py")]
+    files += list(CLIENT.rglob("*.py"))
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if "migrations" not in p.parts and (n := len(p.read_text().splitlines())) > LONG_FILE_LINES
+    }
+    unexplained = {path: n for path, n in long.items() if f"`{path}`" not in doc}
+    assert not unexplained, (
+        f"over {LONG_FILE_LINES} lines, not in docs/architecture.md: {unexplained}"
+    )

@@ -15,15 +15,14 @@ from fleet.capacity import (
     Prices,
     Profile,
     Target,
-    erlang_c,
     plan,
     predict_batch_rate,
     predict_closed_loop,
     processes,
     profile_from_dict,
     profile_to_dict,
-    wait_quantile_s,
 )
+from fleet.mmc import erlang_c, wait_quantile_s
 
 POOLS = Pools(postgres_pool=5, postgres_overflow=5, web_threads=32, interactive_threads=32,
               batch_max=64, batch_wait_ms=50.0)  # fmt: skip
