@@ -16,17 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from inference.encoder import Encoder
+from inference.kept import KeptFiles, model_key
 from inference.ner import TokenClassifier
 from inference.pipeline import LABEL_TEMPLATE, anchor_ratings
 from inference.seqcls import SequenceClassifier, rating_weights
@@ -144,68 +143,34 @@ def device_identity(device: str) -> dict[str, Any]:
     return {"cpu": {k: v for k, v in sorted(torch.cpu.get_capabilities().items()) if v}}
 
 
-def files_identity(path: str) -> list[list[Any]]:
-    """Each file under a model's folder (a file itself when it is one): its name, size
-    and modification time, enough to see weights replaced in place."""
-    root = Path(path)
-    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-    out = []
-    for file in files:
-        stat = file.stat()
-        out.append([str(file.relative_to(root)) if root.is_dir() else file.name,
-                    stat.st_size, stat.st_mtime_ns])  # fmt: skip
-    return out
+class Verdicts(KeptFiles):
+    """The check's verdicts, one small JSON file each in `folder` (inference/kept.py)."""
 
-
-class Verdicts:
-    """The check's verdicts, one small JSON file each in `folder`, named by a hash of
-    everything the verdict depends on (`key`). A folder that cannot be read or written
-    only means the check runs every time."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
+    suffix = ".json"
+    what = "precision verdict"
 
     @staticmethod
     def key(model_path: str, precision: str, device: str, anchors: Sequence[str],
             tolerance: Tolerance, **settings: Any) -> str:  # fmt: skip
-        import transformers
-
-        inputs = {
-            "files": files_identity(model_path),
-            "model": str(Path(model_path).resolve()),
-            "precision": precision,
-            "device": device_identity(device),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "sample": hashlib.sha256(_sample_text().encode()).hexdigest(),
-            "anchors": list(anchors),
-            "tolerance": asdict(tolerance),
-            "settings": settings,
-        }
-        blob = json.dumps(inputs, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()
-
-    def _path(self, key: str) -> Path:
-        return self.folder / f"{key}.json"
+        return model_key(
+            model_path,
+            precision=precision,
+            device=device_identity(device),
+            sample=hashlib.sha256(_sample_text().encode()).hexdigest(),
+            anchors=list(anchors),
+            tolerance=asdict(tolerance),
+            settings=settings,
+        )
 
     def get(self, key: str) -> Verdict | None:
         try:
-            raw = json.loads(self._path(key).read_text())
+            raw = json.loads(self.read(key) or b"")
             return Verdict(bool(raw["ok"]), dict(raw["measures"]), list(raw["failures"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return None  # none kept, or unreadable: the check runs
 
     def put(self, key: str, verdict: Verdict) -> None:
-        """Written whole or not at all (a temporary file renamed), so that two workers
-        starting together never read half a verdict."""
-        path = self._path(key)
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(asdict(verdict)))
-            tmp.replace(path)
-        except OSError as error:
-            log.debug("precision verdict not kept in %s: %s", self.folder, error)
+        self.write(key, json.dumps(asdict(verdict)).encode())
 
 
 def load_checked(

@@ -10,7 +10,7 @@ from transformers import AutoModel
 
 from inference.base import LocalModel
 from inference.batching import Prepared, scatter
-from inference.lone import OnnxSingleText, why_not
+from inference.lone import Exports, OnnxSingleText, why_not
 from inference.packed import PackedBert
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,8 @@ class Encoder(LocalModel):
         precision: str = "fp32",
         packed: bool = True,
     ) -> None:
-        super().__init__(
-            model_path or default_model_path(), device, max_length, batch_size, precision
-        )
+        self.model_path = model_path or default_model_path()
+        super().__init__(self.model_path, device, max_length, batch_size, precision)
         self.dim = int(self.model.config.hidden_size)
         # A BERT's layers over real tokens only, where it applies and agrees with
         # transformers' forward (inference/packed.py); None: transformers' forward.
@@ -55,14 +54,16 @@ class Encoder(LocalModel):
         # would bias every score; they are computed once per process (Pipeline caches them).
         self.fixed_encoder: Encoder | None = None
 
-    def run_lone_texts(self, runtime: str, threads: int) -> str:
+    def run_lone_texts(self, runtime: str, threads: int, exports: Exports | None = None) -> str:
         """From now on, a batch of one text runs on ONNX Runtime's `threads` threads when
         the calling thread has as many torch threads (a batch alone in an interactive
         worker), where `runtime` (LANEWAY_LONE_RUNTIME) allows and the session agrees with
-        torch's forward (inference/lone.py). Returns what runs it, for the log."""
+        torch's forward (inference/lone.py), its graph kept in `exports`. Returns what runs
+        it, for the log."""
         reason = why_not(runtime, self.device, self.precision)
         if not reason:
-            self.lone = OnnxSingleText.build(self.model, threads, self._pooled)
+            key = Exports.key(self.model_path, self.precision) if exports is not None else ""
+            self.lone = OnnxSingleText.build(self.model, threads, self._pooled, exports, key)
             if self.lone is not None:
                 return f"onnxruntime fp32 on {threads} thread{'s' if threads > 1 else ''}"
             reason = "its session failed (above)"

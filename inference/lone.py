@@ -10,11 +10,14 @@ stay with torch: its packed forward skips their padding, which ONNX Runtime comp
 `bench/calibrate.py lone` re-derives the choice on a machine.
 
 `OnnxSingleText.build` exports the loaded model's encoder with its mean pooling (fp32,
-through torch.onnx's TorchScript exporter, into memory: about 2 s, once per process) and
+through torch.onnx's TorchScript exporter, into memory: seconds of a worker's start) and
 opens an ONNX Runtime session on `threads` threads that sleep between calls (spinning
 threads would take the cores from the torch batches beside them). It checks the session
 against torch's forward on texts of several lengths before it is used; anything else (no
-onnxruntime, a GPU, bf16, a failed export or check) keeps torch's forward.
+onnxruntime, a GPU, bf16, a failed export or check) keeps torch's forward. An export that
+passed is kept (`Exports`, in LANEWAY_HOME/onnx-exports), keyed by the model's files and
+the exporter's versions, so that a worker starting again opens it instead of exporting;
+a kept graph is checked as a new one is, and exported again when it does not pass.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from inference.kept import KeptFiles, model_key
+
 log = logging.getLogger(__name__)
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -35,6 +40,7 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 # the check): the same fp32 arithmetic in another order agrees to about 0.9999999, fp16
 # weights against fp32 ones to about 0.9999997; a wrong graph is far below.
 SELF_CHECK_COSINE = 0.99999
+OPSET = 17
 
 
 class _Pooled(torch.nn.Module):
@@ -82,11 +88,24 @@ class OnnxSingleText:
         model: torch.nn.Module,
         threads: int,
         reference: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+        exports: Exports | None = None,
+        key: str = "",
     ) -> OnnxSingleText | None:
         """The session of `model` (a loaded fp32 encoder) on `threads` threads, checked
-        against `reference` (torch's mean-pooled forward), or None with the reason logged."""
+        against `reference` (torch's mean-pooled forward), or None with the reason logged.
+        With `exports` and a `key` (Exports.key), a kept graph that passes the check is
+        used instead of a new export, and a new export that passes is kept."""
+        kept = exports.get(key) if exports is not None and key else None
+        if kept is not None:
+            try:
+                lone = cls(session(kept, threads), threads)
+                if lone.self_check(int(model.config.vocab_size), reference) >= SELF_CHECK_COSINE:
+                    return lone
+            except Exception as exc:  # noqa: BLE001 - a damaged file: export again
+                log.info("the kept ONNX export %s failed (%s): exporting again", key[:12], exc)
         try:
-            lone = cls(session(export(model), threads), threads)
+            graph = export(model)
+            lone = cls(session(graph, threads), threads)
             agreement = lone.self_check(int(model.config.vocab_size), reference)
         except Exception as exc:  # noqa: BLE001 - another architecture or release, say
             log.warning("one text alone keeps torch's forward: ONNX Runtime failed (%s)", exc)
@@ -97,6 +116,8 @@ class OnnxSingleText:
                 agreement,
             )
             return None
+        if exports is not None and key:
+            exports.put(key, graph)
         return lone
 
     def mean_pooled(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -147,7 +168,7 @@ def export(model: torch.nn.Module) -> bytes:
             output_names=["pooled"],
             dynamic_axes={name: {0: "batch", 1: "length"} for name in INPUTS}
             | {"pooled": {0: "batch"}},
-            opset_version=17,
+            opset_version=OPSET,
             dynamo=False,
         )
     return buffer.getvalue()
@@ -163,3 +184,24 @@ def session(graph: bytes, threads: int) -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3  # errors only
     return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+
+
+class Exports(KeptFiles):
+    """Exported graphs, one file each in `folder` (inference/kept.py)."""
+
+    suffix = ".onnx"
+    what = "ONNX export"
+
+    @staticmethod
+    def key(model_path: str, precision: str) -> str:
+        import onnx
+
+        return model_key(
+            model_path, precision=precision, onnx=onnx.__version__, opset=OPSET, inputs=INPUTS
+        )
+
+    def get(self, key: str) -> bytes | None:
+        return self.read(key)
+
+    def put(self, key: str, graph: bytes) -> None:
+        self.write(key, graph)

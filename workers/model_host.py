@@ -21,6 +21,8 @@ _models: dict[tuple[Any, ...], Any] = {}
 _pipelines: dict[tuple[Any, ...], Any] = {}
 # Where the precision check's verdicts are kept, under LANEWAY_HOME (inference/accuracy.py).
 PRECISION_VERDICTS = "precision-checks"
+# Where the interactive worker's ONNX exports are kept, under LANEWAY_HOME (inference/lone.py).
+ONNX_EXPORTS = "onnx-exports"
 
 
 def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
@@ -64,7 +66,10 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
             runtime = model.runtime
             if hasattr(model, "run_lone_texts") and is_interactive(worker_queues()):
                 # A lone request's text, on every core (inference/lone.py).
-                lone = model.run_lone_texts(settings.lone_runtime, settings.torch_threads)
+                from inference.lone import Exports
+
+                exports = Exports(settings.home / ONNX_EXPORTS)
+                lone = model.run_lone_texts(settings.lone_runtime, settings.torch_threads, exports)
                 runtime = f"{runtime}; one text alone: {lone}"
             _models[key] = model
             log.info(

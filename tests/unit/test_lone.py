@@ -174,3 +174,91 @@ def test_the_setting_reads_any_case_and_refuses_others():
     )
     with pytest.raises(SettingsError, match="LANEWAY_LONE_RUNTIME"):
         Settings.from_env({"LANEWAY_LONE_RUNTIME": "onnx"})
+
+
+# --- the kept export (Exports) ----------------------------------------------------------
+
+
+class CountedExport:
+    """inference/lone.py's own export, counted."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._export = lone_module.export
+
+    def __call__(self, model):  # noqa: ANN001, ANN204
+        self.calls += 1
+        return self._export(model)
+
+
+def build(encoder: Encoder, exports, key: str):  # noqa: ANN001, ANN201
+    return OnnxSingleText.build(encoder.model, 2, encoder._pooled, exports, key)
+
+
+def assert_matches_torch(lone: OnnxSingleText, reference: Encoder) -> None:
+    inputs = reference.tokenizer(["one short text"], return_tensors="pt")
+    with torch.inference_mode():
+        want = reference._pooled(dict(inputs))
+    got = lone.mean_pooled(dict(inputs))
+    assert F.cosine_similarity(want, got, dim=1).min().item() > 0.99999
+
+
+def test_a_passed_export_is_kept_and_opened_instead_of_exported(reference, tmp_path, monkeypatch):
+    counted = CountedExport()
+    monkeypatch.setattr(lone_module, "export", counted)
+    exports = lone_module.Exports(tmp_path / "onnx-exports")
+    key = lone_module.Exports.key(reference.model_path, "fp32")
+    first = build(reference, exports, key)
+    assert first is not None and counted.calls == 1
+    assert [p.name for p in exports.folder.iterdir()] == [f"{key}.onnx"]  # no temporary left
+    second = build(reference, exports, key)  # a worker starting again
+    assert second is not None and counted.calls == 1
+    assert_matches_torch(second, reference)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "empty", "another model's graph"])
+def test_a_kept_export_that_fails_is_exported_again_and_replaced(
+    reference, tmp_path, monkeypatch, damage
+):
+    exports = lone_module.Exports(tmp_path / "onnx-exports")
+    key = lone_module.Exports.key(reference.model_path, "fp32")
+    if damage == "another model's graph":
+        other = Encoder(precision="fp32", packed=False)
+        with torch.no_grad():
+            for p in other.model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        exports.put(key, lone_module.export(other.model))
+    else:
+        exports.put(key, b"" if damage == "empty" else b"\x08\x07not an onnx graph")
+    counted = CountedExport()
+    monkeypatch.setattr(lone_module, "export", counted)
+    lone = build(reference, exports, key)
+    assert lone is not None and counted.calls == 1
+    assert_matches_torch(lone, reference)
+    assert build(reference, exports, key) is not None and counted.calls == 1  # replaced
+
+
+def test_the_key_follows_the_model_files_the_precision_and_the_exporter(tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"weights")
+    keys = {lone_module.Exports.key(str(model), "fp32")}
+    assert lone_module.Exports.key(str(model), "fp32") in keys  # the same inputs, the same key
+    keys.add(lone_module.Exports.key(str(model), "fp16"))
+    weights.write_bytes(b"weights, retrained")  # replaced in place
+    keys.add(lone_module.Exports.key(str(model), "fp32"))
+    monkeypatch.setattr(lone_module, "OPSET", lone_module.OPSET + 1)
+    keys.add(lone_module.Exports.key(str(model), "fp32"))
+    assert len(keys) == 4
+
+
+def test_an_unwritable_folder_only_means_exporting_each_time(reference, tmp_path, monkeypatch):
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the folder would be")
+    exports = lone_module.Exports(blocked / "onnx-exports")
+    key = lone_module.Exports.key(reference.model_path, "fp32")
+    counted = CountedExport()
+    monkeypatch.setattr(lone_module, "export", counted)
+    assert build(reference, exports, key) is not None
+    assert build(reference, exports, key) is not None and counted.calls == 2
