@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -150,6 +151,62 @@ def task_finished(instance: str) -> None:
             waiting = aware(worker.waiting_since)
             if waiting is not None:
                 worker.cold_start_seconds = round((now - waiting).total_seconds(), 3)
+
+
+class TaskCounts:
+    """A pool process's chunk task starts and ends, recorded in order (`record(instance,
+    started)`). One that fails (Postgres away) waits, with every one after it, for a
+    thread that records them once Postgres answers again: an end lost for good would leave
+    the worker counted busy, and beat would never stop it when idle."""
+
+    def __init__(self, record: Callable[[str, bool], None], retry_every: float = 2.0) -> None:
+        self._record = record
+        self._retry_every = retry_every
+        self._pending: deque[tuple[str, bool]] = deque()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()  # a retry now, not after retry_every (tests)
+
+    def add(self, instance: str, started: bool) -> None:
+        with self._lock:
+            if not self._pending:
+                try:
+                    self._record(instance, started)
+                    return
+                except Exception as exc:  # noqa: BLE001 - bookkeeping must never fail a chunk
+                    log.warning(
+                        "could not record a chunk task's %s (%s): recording it once Postgres "
+                        "answers", "start" if started else "end", type(exc).__name__,
+                    )  # fmt: skip
+            self._pending.append((instance, started))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._drain, name="laneway-task-counts", daemon=True
+                )
+                self._thread.start()
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def _drain(self) -> None:
+        while True:
+            self._wake.wait(self._retry_every)
+            self._wake.clear()
+            with self._lock:
+                while self._pending:
+                    instance, started = self._pending[0]
+                    try:
+                        self._record(instance, started)
+                    except Exception:  # noqa: BLE001 - still away: try again later
+                        break
+                    self._pending.popleft()
+                if not self._pending:
+                    return
+
+
+def record_chunk_task(instance: str, started: bool) -> None:
+    (task_started if started else task_finished)(instance)
 
 
 def beat(instance: str, activity: Activity | None = None) -> None:

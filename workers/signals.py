@@ -35,12 +35,12 @@ from core.vocab import GPU_QUEUES
 from workers.devices import LaneError, check_lane
 from workers.identity import is_interactive, set_worker, worker, worker_queues
 from workers.registry import (
+    TaskCounts,
     instance_id,
     new_instance_id,
+    record_chunk_task,
     start_heartbeat,
     stop_heartbeat,
-    task_finished,
-    task_started,
 )
 
 log = logging.getLogger(__name__)
@@ -163,14 +163,15 @@ def _stop_heartbeat(**_: Any) -> None:
     stop_heartbeat("warm shutdown")
 
 
+# The chunk tasks' starts and ends of this pool process, in order, none lost to an outage.
+TASK_COUNTS = TaskCounts(record_chunk_task)
+
+
 def _count_chunk_task(sender: Any, started: bool) -> None:
     """In a worker's pool process: count the chunk tasks running (idle time, cold start)."""
     if not worker() or sender is None or sender.name not in CHUNK_TASKS:
         return
-    try:
-        (task_started if started else task_finished)(instance_id())
-    except Exception as exc:  # noqa: BLE001 - bookkeeping must never fail a chunk
-        log.warning("could not record the chunk task's %s: %s", started, type(exc).__name__)
+    TASK_COUNTS.add(instance_id(), started)
 
 
 @task_prerun.connect
