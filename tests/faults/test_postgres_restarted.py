@@ -49,6 +49,23 @@ def outage(database: str) -> int:
     return len(cut)
 
 
+def running_tasks(settings, name: str) -> list[int]:
+    """The running chunk tasks of the live workers named `name`, as their rows count them."""
+    from sqlalchemy import select
+
+    from db.models import Worker
+    from db.session import session_scope
+
+    with session_scope(settings) as session:
+        return list(
+            session.scalars(
+                select(Worker.running_tasks).where(
+                    Worker.hostname.like(f"{name}@%"), Worker.stopped_at.is_(None)
+                )
+            )
+        )
+
+
 def test_postgres_connections_cut_mid_job_lose_nothing(
     settings, migrated, account_factory, tmp_path
 ):
@@ -73,6 +90,10 @@ def test_postgres_connections_cut_mid_job_lose_nothing(
         cut_at = time.monotonic()
         status = wait_final(settings, job_id, RECOVERY_DEADLINE, procs)
         took = time.monotonic() - cut_at
+        # Every chunk task's start and end was counted, those the outages refused too:
+        # the worker is idle again (beat stops an idle gpu worker by this count).
+        wait_for(lambda: running_tasks(settings, "cpu") == [0], 60,
+                 "the worker counted idle again", procs)  # fmt: skip
     finally:
         for proc in reversed(procs):
             proc.stop()
