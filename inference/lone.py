@@ -95,18 +95,22 @@ class OnnxSingleText:
         against `reference` (torch's mean-pooled forward), or None with the reason logged.
         With `exports` and a `key` (Exports.key), a kept graph that passes the check is
         used instead of a new export, and a new export that passes is kept."""
-        kept = exports.get(key) if exports is not None and key else None
+
+        def opened(graph: bytes) -> tuple[OnnxSingleText, float]:
+            lone = cls(session(graph, threads), threads)
+            return lone, lone.self_check(int(model.config.vocab_size), reference)
+
+        kept = exports.read(key) if exports is not None and key else None
         if kept is not None:
             try:
-                lone = cls(session(kept, threads), threads)
-                if lone.self_check(int(model.config.vocab_size), reference) >= SELF_CHECK_COSINE:
+                lone, agreement = opened(kept)
+                if agreement >= SELF_CHECK_COSINE:
                     return lone
             except Exception as exc:  # noqa: BLE001 - a damaged file: export again
                 log.info("the kept ONNX export %s failed (%s): exporting again", key[:12], exc)
         try:
             graph = export(model)
-            lone = cls(session(graph, threads), threads)
-            agreement = lone.self_check(int(model.config.vocab_size), reference)
+            lone, agreement = opened(graph)
         except Exception as exc:  # noqa: BLE001 - another architecture or release, say
             log.warning("one text alone keeps torch's forward: ONNX Runtime failed (%s)", exc)
             return None
@@ -117,7 +121,7 @@ class OnnxSingleText:
             )
             return None
         if exports is not None and key:
-            exports.put(key, graph)
+            exports.write(key, graph)
         return lone
 
     def mean_pooled(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -199,9 +203,3 @@ class Exports(KeptFiles):
         return model_key(
             model_path, precision=precision, onnx=onnx.__version__, opset=OPSET, inputs=INPUTS
         )
-
-    def get(self, key: str) -> bytes | None:
-        return self.read(key)
-
-    def put(self, key: str, graph: bytes) -> None:
-        self.write(key, graph)

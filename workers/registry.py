@@ -168,18 +168,26 @@ class TaskCounts:
         self._wake = threading.Event()  # a retry now, not after retry_every (tests)
 
     def add(self, instance: str, started: bool) -> None:
+        """Record now, unless earlier ones wait: then after them, by the thread. Called by
+        the pool process's one task thread; Postgres is never asked under the lock, so a
+        task's start or end never waits on the thread's retry."""
         with self._lock:
-            if not self._pending:
-                try:
-                    self._record(instance, started)
-                    return
-                except Exception as exc:  # noqa: BLE001 - bookkeeping must never fail a chunk
-                    log.warning(
-                        "could not record a chunk task's %s (%s): recording it once Postgres "
-                        "answers", "start" if started else "end", type(exc).__name__,
-                    )  # fmt: skip
+            waiting = bool(self._pending)
+            if waiting:
+                self._pending.append((instance, started))
+        if waiting:
+            return
+        try:
+            self._record(instance, started)
+            return
+        except Exception as exc:  # noqa: BLE001 - bookkeeping must never fail a chunk
+            log.warning(
+                "could not record a chunk task's %s (%s): recording it once Postgres "
+                "answers", "start" if started else "end", type(exc).__name__,
+            )  # fmt: skip
+        with self._lock:
             self._pending.append((instance, started))
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._drain, name="laneway-task-counts", daemon=True
                 )
@@ -190,19 +198,23 @@ class TaskCounts:
             return len(self._pending)
 
     def _drain(self) -> None:
+        """Record the waiting ones, oldest first, each taken off only once recorded; end
+        once none waits (under the lock: `add` then records directly again)."""
         while True:
             self._wake.wait(self._retry_every)
             self._wake.clear()
-            with self._lock:
-                while self._pending:
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        self._thread = None  # under the lock: the next failure starts one
+                        return
                     instance, started = self._pending[0]
-                    try:
-                        self._record(instance, started)
-                    except Exception:  # noqa: BLE001 - still away: try again later
-                        break
+                try:
+                    self._record(instance, started)
+                except Exception:  # noqa: BLE001 - still away: try again later
+                    break
+                with self._lock:
                     self._pending.popleft()
-                if not self._pending:
-                    return
 
 
 def record_chunk_task(instance: str, started: bool) -> None:

@@ -227,9 +227,9 @@ def test_a_kept_export_that_fails_is_exported_again_and_replaced(
         with torch.no_grad():
             for p in other.model.parameters():
                 p.add_(torch.randn_like(p) * 0.05)
-        exports.put(key, lone_module.export(other.model))
+        exports.write(key, lone_module.export(other.model))
     else:
-        exports.put(key, b"" if damage == "empty" else b"\x08\x07not an onnx graph")
+        exports.write(key, b"" if damage == "empty" else b"\x08\x07not an onnx graph")
     counted = CountedExport()
     monkeypatch.setattr(lone_module, "export", counted)
     lone = build(reference, exports, key)
