@@ -33,11 +33,10 @@ torch: $(TORCH_STAMP)
 # harness (../shared/peers/install.sh) builds to measure Laneway beside other servers.
 install-runtime: $(RUNTIME_STAMP)
 
-# torch goes in first and pinned, so nothing later can pull another build.
-# --no-compile: pip writes no bytecode for the tens of thousands of modules installed;
-# Python writes it for those a process imports, the first time one does: most of
-# transformers' and torch's are never imported, and a fresh venv installs sooner.
-PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check --no-compile
+# torch goes in first and pinned, so nothing later can pull another build. pip writes each
+# module's bytecode as it installs: a process may run with PYTHONDONTWRITEBYTECODE, and
+# would then compile torch and transformers again at each start.
+PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check
 $(TORCH_STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)

@@ -7,16 +7,17 @@ default call, which sends token ids, gets the 400 that names the setting that fi
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import numpy as np
 import openai
 import pytest
 import tiktoken
-from langchain_openai import OpenAIEmbeddings
-from llama_index.embeddings.openai import OpenAIEmbedding
-from llama_index.embeddings.openai_like import OpenAILikeEmbedding
 
 from tests.e2e import test_openai_sdk
+
+if TYPE_CHECKING:
+    from langchain_openai import OpenAIEmbeddings
 
 pytestmark = pytest.mark.e2e
 # test_openai_sdk.py's fleet (web app, interactive and cpu workers, its settings) and keys.
@@ -47,6 +48,10 @@ def assert_minilms(got, want) -> None:
 
 
 def langchain(url: str, api_key: str, **options) -> OpenAIEmbeddings:
+    # The frameworks are imported by the tests that use them, not at collection: every
+    # xdist worker collects this file, and LangChain and LlamaIndex take seconds to import.
+    from langchain_openai import OpenAIEmbeddings
+
     return OpenAIEmbeddings(
         model="minilm", base_url=f"{url}/v1", api_key=api_key, max_retries=0, **options
     )
@@ -91,6 +96,8 @@ def test_langchains_default_gets_a_400_naming_the_setting(server, key, offline_c
 
 
 def test_llamaindex_openai_like_embedding(server, key, minilm):
+    from llama_index.embeddings.openai_like import OpenAILikeEmbedding
+
     embeddings = OpenAILikeEmbedding(
         model_name="minilm", api_base=f"{server}/v1", api_key=key, max_retries=0
     )
@@ -103,6 +110,8 @@ def test_llamaindex_openai_like_embedding(server, key, minilm):
 def test_llamaindex_openai_embedding_by_model_name(server, key, minilm):
     """`OpenAIEmbedding` checks `model` against OpenAI's names before it sends anything;
     `model_name` is what it then sends, and passes by Laneway's own name."""
+    from llama_index.embeddings.openai import OpenAIEmbedding
+
     with pytest.raises(ValueError, match="minilm"):
         OpenAIEmbedding(model="minilm", api_base=f"{server}/v1", api_key=key)
     embeddings = OpenAIEmbedding(
@@ -117,6 +126,8 @@ def test_llamaindex_openai_embedding_by_model_name(server, key, minilm):
 def test_llamaindex_openai_embedding_by_a_served_openai_name(server, key, minilm):
     """With LANEWAY_SERVED_MODEL_NAMES holding an OpenAI name, the class's check passes
     unchanged; the vectors stay the model's 384, and asking for OpenAI's size is a 400."""
+    from llama_index.embeddings.openai import OpenAIEmbedding
+
     embeddings = OpenAIEmbedding(
         model="text-embedding-3-small", api_base=f"{server}/v1", api_key=key, max_retries=0
     )
