@@ -33,23 +33,31 @@ torch: $(TORCH_STAMP)
 # harness (../shared/peers/install.sh) builds to measure Laneway beside other servers.
 install-runtime: $(RUNTIME_STAMP)
 
-# torch goes in first and pinned, so nothing later can pull another build. pip writes each
-# module's bytecode as it installs: a process may run with PYTHONDONTWRITEBYTECODE, and
-# would then compile torch and transformers again at each start.
 PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check
+# The venv's bytecode, written once for every module, on every core: pip compiles one file
+# at a time, so the two big installs leave it to compileall (its -j 0: a process per core).
+# Every module is compiled, as pip would: a process may run with PYTHONDONTWRITEBYTECODE,
+# and would otherwise compile torch and transformers again at each start. A file that does
+# not compile (a package's Python 2 example) stays source, as pip leaves it.
+COMPILE_VENV := $(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
+
+# torch goes in first and pinned, so nothing later can pull another build.
 $(TORCH_STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
+	$(PIP_INSTALL) --no-compile $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) \
+		torch==$(TORCH_VERSION)
 	touch $@
 
 # The client (client/, its own distribution) and the server, which depends on it, in one
 # resolution.
 $(STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
-	$(PIP_INSTALL) -e ./client -e '.[dev,otel]'
+	$(PIP_INSTALL) --no-compile -e ./client -e '.[dev,otel]'
+	$(COMPILE_VENV)
 	touch $(STAMP)
 
 $(RUNTIME_STAMP): pyproject.toml client/pyproject.toml $(TORCH_STAMP)
-	$(PIP_INSTALL) -e ./client -e '.[otel]'
+	$(PIP_INSTALL) --no-compile -e ./client -e '.[otel]'
+	$(COMPILE_VENV)
 	touch $@
 
 # The image's wheelhouse (docker/Dockerfile's builder stage): Laneway and what it runs on,
