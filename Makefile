@@ -41,7 +41,8 @@ PIP_INSTALL := $(BIN)/pip install -q --disable-pip-version-check
 # not compile (a package's Python 2 example) stays source, as pip leaves it.
 COMPILE_VENV := $(BIN)/python -m compileall -q -j 0 $(VENV)/lib >/dev/null || true
 
-# torch goes in first and pinned, so nothing later can pull another build.
+# torch goes in first and pinned, so nothing later can pull another build; the install
+# that follows it compiles it with the rest.
 $(TORCH_STAMP):
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) --no-compile $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) \
@@ -106,8 +107,8 @@ demo: install
 # Both spread the tests over processes (pytest-xdist; docs/testing.md): each is a run of its
 # own, with its own database and Redis index. `make check`'s tests compute and never wait:
 # CHECK_WORKERS, one per core of the 2-core development machine. `make test`'s end-to-end
-# tests also wait on the processes they start and the intervals they wait out, with both
-# cores idle a fifth of the time at two: TEST_WORKERS, one more than the cores. `make test`
+# tests also wait on the processes they start and the intervals they wait out, when a
+# worker per core leaves the cores idle: TEST_WORKERS, one more than the cores. `make test`
 # hands out whole files (--dist loadfile), so that the tests sharing a module's fleet start
 # it once, the longest files first (--no-loadscope-reorder keeps tests/conftest.py's order).
 # No test stops a service that other runs share (a broker restart runs on a node of the
