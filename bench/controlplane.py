@@ -326,16 +326,19 @@ def build_free_model(folder: Path) -> Path:
     return folder
 
 
-def tokenization_seconds(model: Path, texts: list[str], batch_size: int) -> float:
+def tokenization_seconds(model: Path, texts: list[str], batch_size: int, chunk: int) -> float:
     """CPU seconds of the workers' own tokenizing step over `texts`, in this process."""
     from transformers import AutoTokenizer
 
     from inference.batching import prepare
+    from inference.tokenize import Direct
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    prepare(tokenizer, texts[:256], 256, batch_size)  # warm
+    direct = Direct.build(tokenizer, 256)  # as the workers' models tokenize (inference/base.py)
+    prepare(tokenizer, texts[:chunk], 256, batch_size, direct=direct)  # warm
     started = time.process_time()
-    prepare(tokenizer, texts, 256, batch_size)
+    for begin in range(0, len(texts), chunk):  # a chunk at a time, as the workers do
+        prepare(tokenizer, texts[begin : begin + chunk], 256, batch_size, direct=direct)
     return time.process_time() - started
 
 
@@ -682,7 +685,11 @@ def main(argv: list[str] | None = None) -> dict:
         model = build_free_model(logdir / "model")
         texts = load_texts(args.items)
         # The same texts through the workers' tokenizing step alone, in this process.
-        tokenizing = tokenization_seconds(model, texts, settings.batch_size) if tasks else 0.0
+        tokenizing = (
+            tokenization_seconds(model, texts, settings.batch_size, settings.chunk_size)
+            if tasks
+            else 0.0
+        )
         tokenization_ms = round(1_000_000 * tokenizing / len(texts), 2)
         for i, name in enumerate(brokers):
             given = nullcontext(settings.broker_url)  # the environment's broker, as it is

@@ -19,6 +19,7 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 from inference import halfweights  # noqa: E402
 from inference.batching import Prepared, prepare, run_batches  # noqa: E402
 from inference.precision import DTYPES, runtime_label  # noqa: E402
+from inference.tokenize import Direct  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
@@ -47,7 +48,9 @@ class LocalModel:
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         # A fast tokenizer sets its truncation and padding on each call: threads that run
         # batches side by side (the interactive worker's) take turns ("Already borrowed").
+        # The direct path's copy is never changed after it is built: no turns.
         self._tokenizing = threading.Lock()
+        self.direct = None if self.offsets else Direct.build(self.tokenizer, max_length)
         if self.offsets and not getattr(self.tokenizer, "is_fast", False):
             raise ValueError(f"{path}: a fast tokenizer is required (character offsets)")
         # bf16 on a CPU: the matrix products' weights in bf16 under autocast, the rest
@@ -77,6 +80,8 @@ class LocalModel:
     def prepare(self, texts: Sequence[str], batch_size: int | None = None) -> Prepared:
         """CPU stage: tokenize into length-sorted micro-batches."""
         size = batch_size or self.batch_size
+        if self.direct is not None:
+            return prepare(self.tokenizer, texts, self.max_length, size, direct=self.direct)
         with self._tokenizing:
             return prepare(self.tokenizer, texts, self.max_length, size, offsets=self.offsets)
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from inference.tokenize import Direct
+
 # Asked before each micro-batch; True stops the model stage (a cancelled job).
 _stop_check: ContextVar[Callable[[], bool] | None] = ContextVar("stop_check", default=None)
 
@@ -50,9 +52,14 @@ def prepare(
     max_length: int,
     batch_size: int,
     offsets: bool = False,
+    direct: Direct | None = None,
 ) -> Prepared:
-    """Sort by length (so padding, and wasted compute, stays small) and tokenize."""
+    """Sort by length (so padding, and wasted compute, stays small) and tokenize: by
+    `direct` (inference/tokenize.py) where given and no offsets are asked, else through
+    transformers' call per micro-batch."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    if direct is not None and not offsets:
+        return Prepared(n=len(texts), batches=direct.batches(texts, order, batch_size))
     out = Prepared(n=len(texts), batches=[])
     for begin in range(0, len(order), batch_size):
         idx = order[begin : begin + batch_size]

@@ -1,0 +1,130 @@
+"""A chunk's texts tokenized by the fast tokenizer's Rust core in one call.
+
+transformers' tokenizer call sets the Rust tokenizer's truncation and padding on every
+call, encodes, then turns each text's encoding into Python lists and the lists into
+tensors: for a micro-batch of short texts that wrapping costs more than the encoding
+itself. `Direct` keeps its own copy of the Rust tokenizer with truncation set once and no
+padding, encodes all of a chunk's texts in one `encode_batch_fast` (no character offsets,
+which only span tasks ask for), and pads each micro-batch with numpy. It is built only
+where it gives exactly what transformers' call gives (a probe of texts compared token for
+token when it is built): otherwise `build` answers None and the caller tokenizes through
+transformers.
+
+Its copy is never changed after it is built, so threads may encode through it side by
+side without taking turns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+# Texts whose tokens the direct path must match exactly before it is used: empty, spaces
+# only, accents and case, CJK, emoji, punctuation runs, a special token's spelling, and
+# texts past any max length (truncation).
+PROBE = (
+    "",
+    "   ",
+    "Hello, world!",
+    "Ça coûte 12,50 € — très CHER... n'est-ce pas?",
+    "東京で会いましょう。",
+    "great product 👍🏽 would buy again!!!",
+    "[CLS] [SEP] [PAD] [MASK] <s> </s> <pad>",
+    "tab\tand\nnewline  double  space",
+    "word " * 700,
+    "x" * 3000,
+)
+
+
+class Direct:
+    """The tokenizer's Rust core, set to truncate at `max_length`, for whole chunks."""
+
+    def __init__(self, core: Any, names: Sequence[str], pad_id: int) -> None:
+        self.core = core
+        self.names = tuple(names)
+        self.pad_id = pad_id
+        # Single texts' type ids are the template's constants, zero in every BERT-like
+        # template: read once here, then (checked by the probe) never per text.
+        self.zero_types = all(
+            not any(e.type_ids) for e in core.encode_batch_fast(["a", "a b", "a b c"])
+        )
+
+    @classmethod
+    def build(cls, tokenizer: Any, max_length: int) -> Direct | None:
+        """The direct path for `tokenizer` at `max_length`, or None where it would differ
+        from transformers' call (not a fast tokenizer, left padding or truncation, inputs
+        other than ids, type ids and mask, or any probe text's tokens)."""
+        from tokenizers import Tokenizer
+
+        names = list(getattr(tokenizer, "model_input_names", ()))
+        if (
+            not getattr(tokenizer, "is_fast", False)
+            or getattr(tokenizer, "padding_side", "right") != "right"
+            or getattr(tokenizer, "truncation_side", "right") != "right"
+            or tokenizer.pad_token_id is None
+            or "input_ids" not in names
+            or not set(names) <= {"input_ids", "token_type_ids", "attention_mask"}
+        ):
+            return None
+        core = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        core.enable_truncation(max_length)
+        core.no_padding()
+        direct = cls(core, names, int(tokenizer.pad_token_id))
+        try:
+            same = direct._agrees(tokenizer, max_length)
+        except Exception as exc:  # noqa: BLE001 - any surprise: transformers' call stays
+            log.warning("direct tokenizing not used: %s", exc)
+            return None
+        return direct if same else None
+
+    def _agrees(self, tokenizer: Any, max_length: int) -> bool:
+        """True when every probe text, alone and all together, tokenizes as transformers'
+        call tokenizes it."""
+        groups = [[t] for t in PROBE] + [list(PROBE)]
+        for texts in groups:
+            want = tokenizer(
+                texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+            )
+            got = self.batches(texts, list(range(len(texts))), len(texts))[0][1]
+            if set(got) != set(want) or any(not torch.equal(got[k], want[k]) for k in want):
+                return False
+        return True
+
+    def batches(
+        self, texts: Sequence[str], order: Sequence[int], batch_size: int
+    ) -> list[tuple[list[int], dict[str, torch.Tensor]]]:
+        """The texts in `order`, tokenized, in micro-batches of `batch_size`, each padded to
+        its longest text: (the input positions it holds, its tensors)."""
+        encodings = self.core.encode_batch_fast([texts[i] for i in order])
+        ids = [e.ids for e in encodings]
+        typed = "token_type_ids" in self.names and not self.zero_types
+        types = [e.type_ids for e in encodings] if typed else []
+        out = []
+        for begin in range(0, len(order), batch_size):
+            rows = ids[begin : begin + batch_size]
+            lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+            width = int(lengths.max()) if len(rows) else 0
+            mask = np.arange(width) < lengths[:, None]
+            tensors: dict[str, torch.Tensor] = {}
+            for name in self.names:
+                if name == "attention_mask":
+                    tensors[name] = torch.from_numpy(mask.astype(np.int64))
+                    continue
+                if name == "token_type_ids" and not typed:
+                    tensors[name] = torch.zeros((len(rows), width), dtype=torch.int64)
+                    continue
+                source = rows if name == "input_ids" else types[begin : begin + batch_size]
+                pad = self.pad_id if name == "input_ids" else 0
+                grid = np.full((len(rows), width), pad, dtype=np.int64)
+                flat = chain.from_iterable(source)
+                grid[mask] = np.fromiter(flat, dtype=np.int64, count=int(lengths.sum()))
+                tensors[name] = torch.from_numpy(grid)
+            out.append((list(order[begin : begin + batch_size]), tensors))
+        return out

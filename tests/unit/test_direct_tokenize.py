@@ -1,0 +1,132 @@
+"""The direct tokenizer (inference/tokenize.py) gives exactly what transformers' call gives,
+or is not used."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import AutoTokenizer
+
+from inference.batching import prepare
+from inference.encoder import default_model_path
+from inference.tokenize import Direct
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    return AutoTokenizer.from_pretrained(default_model_path())
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return set(a) == set(b) and all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+
+
+def assert_prepared_alike(tokenizer: Any, direct: Direct, texts: list[str], size: int) -> None:
+    want = prepare(tokenizer, texts, direct.core.truncation["max_length"], size)
+    got = prepare(tokenizer, texts, direct.core.truncation["max_length"], size, direct=direct)
+    assert got.n == want.n == len(texts)
+    assert [idx for idx, _ in got.batches] == [idx for idx, _ in want.batches]
+    for (_, g), (_, w) in zip(got.batches, want.batches, strict=True):
+        assert same(g, w)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    texts=st.lists(st.text(max_size=300), min_size=1, max_size=40),
+    size=st.integers(1, 16),
+    max_length=st.sampled_from([8, 32, 256]),
+)
+def test_any_texts_tokenize_as_transformers_tokenizes_them(
+    tokenizer: Any, texts: list[str], size: int, max_length: int
+) -> None:
+    direct = Direct.build(tokenizer, max_length)
+    assert direct is not None
+    assert_prepared_alike(tokenizer, direct, texts, size)
+
+
+def test_long_texts_are_cut_at_max_length_with_their_special_tokens(tokenizer: Any) -> None:
+    direct = Direct.build(tokenizer, 16)
+    assert direct is not None
+    texts = ["word " * 500, "short", "x" * 2000, ""]
+    assert_prepared_alike(tokenizer, direct, texts, 3)
+    (idx, enc), *_ = prepare(tokenizer, texts, 16, 4, direct=direct).batches
+    assert enc["input_ids"].shape == (4, 16)
+    assert enc["input_ids"][idx.index(0), -1] == tokenizer.sep_token_id
+
+
+def test_an_empty_chunk_has_no_batches(tokenizer: Any) -> None:
+    direct = Direct.build(tokenizer, 32)
+    assert direct is not None
+    assert prepare(tokenizer, [], 32, 8, direct=direct).batches == []
+
+
+def test_a_left_padding_tokenizer_keeps_transformers_call(tokenizer: Any) -> None:
+    left = AutoTokenizer.from_pretrained(default_model_path(), padding_side="left")
+    assert Direct.build(left, 32) is None
+
+
+class Disagreeing:
+    """A tokenizer whose call adds what its Rust core does not (a subclass that rewrites
+    texts before encoding, say): the probe must catch it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __call__(self, texts: list[str], **kwargs: Any) -> Any:
+        return self.inner([t.upper() + " extra" for t in texts], **kwargs)
+
+
+def test_a_tokenizer_whose_call_differs_from_its_core_keeps_transformers_call(
+    tokenizer: Any,
+) -> None:
+    assert Direct.build(Disagreeing(tokenizer), 64) is None
+
+
+def test_a_slow_tokenizer_keeps_transformers_call(tokenizer: Any) -> None:
+    class Slow(Disagreeing):
+        is_fast = False
+
+        def __call__(self, texts: list[str], **kwargs: Any) -> Any:
+            return self.inner(texts, **kwargs)
+
+    assert Direct.build(Slow(tokenizer), 64) is None
+
+
+def test_threads_tokenize_side_by_side_without_taking_turns(tokenizer: Any) -> None:
+    direct = Direct.build(tokenizer, 64)
+    assert direct is not None
+    texts = [f"message number {i} about a refund " * (i % 7 + 1) for i in range(200)]
+    want = prepare(tokenizer, texts, 64, 16)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def work() -> None:
+        try:
+            start.wait()
+            for _ in range(10):
+                got = prepare(tokenizer, texts, 64, 16, direct=direct)
+                for (_, g), (_, w) in zip(got.batches, want.batches, strict=True):
+                    assert same(g, w)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_a_model_tokenizes_directly_unless_it_needs_offsets() -> None:
+    from inference import Encoder
+
+    assert Encoder(batch_size=4).direct is not None
