@@ -16,6 +16,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -261,6 +262,8 @@ class Result(Base):
     item_id: Mapped[str] = mapped_column(String(200))
     label: Mapped[str | None] = mapped_column(String(200))
     output: Mapped[dict[str, Any] | None]
+    # An embedding as float32 bytes (core/util/vectors.py), kept out of `output`'s JSON.
+    vector: Mapped[bytes | None] = mapped_column(LargeBinary)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[CreatedAt]
 

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import exists, func, select, update
 from sqlalchemy.orm import Session
 
-from core.util import pricing
+from core.util import pricing, vectors
 from core.util.jsoncodec import dumps
 from db.common import UNSETTLED_CHUNK_STATES, record_event, utcnow
 from db.models import FINAL_JOB_STATUSES, Chunk, Job, Result
@@ -22,16 +22,24 @@ def job_settled(session: Session, job_id: uuid.UUID) -> bool:
     return not session.scalar(select(open_chunk))
 
 
-COPY_RESULTS = "COPY results (job_id, idx, item_id, label, output, error) FROM STDIN"
+COPY_RESULTS = "COPY results (job_id, idx, item_id, label, output, vector, error) FROM STDIN"
 
 
 def upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert or overwrite results by (job, idx): a redelivered chunk never duplicates one."""
+    """Insert or overwrite results by (job, idx): a redelivered chunk never duplicates one.
+    An output's vector is stored as float32 bytes in `vector` (core/util/vectors.py)."""
     if not rows:
         return
+    rows = [_with_vector(row) for row in rows]
     if session.connection().dialect.name == "postgresql" and copy_results(session, job_id, rows):
         return
     _upsert_results(session, job_id, rows)
+
+
+def _with_vector(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its output's vector moved to `vector` (a new dict: outputs are shared)."""
+    output, packed = vectors.split(row.get("output"))
+    return {**row, "output": output, "vector": packed}
 
 
 def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, Any]]) -> bool:
@@ -53,7 +61,7 @@ def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, A
                 # A row may leave out what it has not (a label, an error), as for the upsert.
                 copy.write_row(
                     (job_id, row["idx"], row["item_id"], row.get("label"),
-                     dumps(row.get("output")), row.get("error"))
+                     dumps(row.get("output")), row.get("vector"), row.get("error"))
                 )  # fmt: skip
     except psycopg.errors.UniqueViolation:
         nested.rollback()
@@ -78,6 +86,7 @@ def _upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str
             "item_id": stmt.excluded.item_id,
             "label": stmt.excluded.label,
             "output": stmt.excluded.output,
+            "vector": stmt.excluded.vector,
             "error": stmt.excluded.error,
         },
     )

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from core.config.settings import Settings
+from core.util import vectors
 from db.common import aware
 from db.models import FINAL_JOB_STATUSES, Job
 from db.results import items_done, job_cost, job_runtimes
@@ -87,8 +88,7 @@ def job_view(session: Session, job: Job, settings: Settings, place: bool = True)
 def result_record(result: Any) -> dict[str, Any]:
     if result.error is not None:
         return {"id": result.item_id, "error": result.error}
-    out = result.output or {}
-    return {"id": result.item_id, **out}
+    return {"id": result.item_id, **vectors.join(result.output, result.vector)}
 
 
 def csv_layout(tasks: list[str], labels: list[str]):  # noqa: ANN201

@@ -26,6 +26,7 @@ import redis
 
 from core.config.settings import Settings
 from core.store.redis_conn import redis_client
+from core.util import vectors
 from core.util.jsoncodec import dumps, dumps_bytes
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,29 @@ def unique(texts: Sequence[str]) -> tuple[list[str], list[int]]:
     return list(places), index
 
 
+# Between an entry's JSON and its vector's float32 bytes: never in compact JSON text,
+# whose control characters are escaped.
+VECTOR_AFTER = b"\x00"
+
+
+def entry(fields: dict[str, Any]) -> bytes:
+    """A task's cached output: JSON, then its vector (if any) as float32 bytes
+    (core/util/vectors.py), not as JSON numbers."""
+    rest, packed = vectors.split(fields)
+    text = dumps_bytes(rest)
+    return text if packed is None else text + VECTOR_AFTER + packed
+
+
+def read_entry(data: bytes) -> dict[str, Any]:
+    """What `entry` stored (an entry of JSON alone, written before vectors were bytes,
+    reads as it was written)."""
+    text, after, packed = data.partition(VECTOR_AFTER)
+    fields = json.loads(text)
+    if after:
+        fields[vectors.FIELD] = vectors.unpack(packed)
+    return fields
+
+
 class ResultCache:
     """Per task, outputs by text in Redis; a Redis error is a miss, never a failure."""
 
@@ -129,7 +153,7 @@ class ResultCache:
                 continue
             merged: dict[str, Any] = {}
             for part in parts:
-                merged.update(json.loads(part))
+                merged.update(read_entry(part))
             outputs.append(merged)
         return outputs
 
@@ -149,7 +173,7 @@ class ResultCache:
                 continue
             for task, key in zip(tasks, row, strict=True):
                 keys.append(key)
-                values.append(dumps_bytes({f: out[f] for f in TASK_FIELDS[task] if f in out}))
+                values.append(entry({f: out[f] for f in TASK_FIELDS[task] if f in out}))
         try:
             pipe = self.redis.pipeline(transaction=False)
             for key, value in zip(keys, values, strict=True):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import orjson
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
@@ -28,7 +29,14 @@ def dumps_bytes(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj, option=_OPTIONS)
     except TypeError:
-        return json.dumps(obj, separators=(",", ":")).encode()
+        return json.dumps(obj, separators=(",", ":"), default=_plain).encode()
+
+
+def _plain(obj: Any) -> Any:
+    """numpy's arrays and numbers (an embedding's vector) as the stdlib can write them."""
+    if isinstance(obj, np.ndarray | np.generic):
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
 
 
 def loads(data: bytes | str) -> Any:

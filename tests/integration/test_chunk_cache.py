@@ -185,3 +185,47 @@ def test_a_chunk_never_uses_another_accounts_cache_entries(cache_on, migrated, l
     # Each account's entry is its own: A still has the planted one, B its computed one.
     assert account_cache(cache_on, job_a).get(["classify"], LABELS, [text]) == [planted]
     assert account_cache(cache_on, job_b).get(["classify"], LABELS, [text]) == [b_outputs[0]]
+
+
+def test_an_embed_chunk_caches_its_vectors_as_bytes_and_reads_them_back(
+    cache_on, worker_app, migrated
+):
+    """An embedding's cache entry is its JSON fields then float32 bytes, not JSON numbers;
+    a later chunk reads it back to the same numbers, and an entry written as JSON alone
+    (before vectors were bytes) still reads. (The cache is shared here: each job is its
+    own account's.)"""
+    import json
+
+    import numpy as np
+
+    from core.store.cache import VECTOR_AFTER, read_entry
+    from jobs.results import result_record
+    from tasks.chunks import run_chunk
+
+    shared = cache_on.replace(cache_shared=True)
+    worker_app(shared)
+    texts = ["my parcel is late", "written before vectors were bytes"]
+    job_id, (chunk_id,) = stored_job(shared, texts[:1], tasks=["embed"], prefix="b")
+    cache = account_cache(shared, job_id)
+    old = {"embedding": [0.25, -0.0, 0.125], "tokens": 4}
+    key = cache._keys(["embed"], [], texts[1:])[0][0]
+    cache.redis.set(key, json.dumps(old).encode())
+    run_chunk.apply(args=(chunk_id,)).get()
+    (raw,) = [cache.redis.get(k) for row in cache._keys(["embed"], [], texts[:1]) for k in row]
+    text, after, packed = raw.partition(VECTOR_AFTER)
+    assert after and len(packed) == 384 * 4 and json.loads(text) == {"tokens": 6}
+    with session_scope(shared) as session:
+        (row,) = session.scalars(select(Result).where(Result.job_id == job_id))
+        computed = result_record(row)["embedding"]
+    got, before = cache.get(["embed"], [], texts)
+    assert isinstance(got["embedding"], np.ndarray)
+    assert got["embedding"].tolist() == computed
+    assert before == old and read_entry(json.dumps(old).encode()) == old
+
+    # A second job of the same texts takes both from the cache and stores the same rows.
+    again, (chunk,) = stored_job(shared, texts, tasks=["embed"], prefix="c")
+    run_chunk.apply(args=(chunk,)).get()
+    with session_scope(shared) as session:
+        rows = session.scalars(select(Result).where(Result.job_id == again).order_by(Result.idx))
+        records = [result_record(r) for r in rows]
+    assert records == [{"id": "c0", **{"tokens": 6, "embedding": computed}}, {"id": "c1", **old}]

@@ -192,3 +192,54 @@ def test_results_are_compressed_with_lz4_and_stay_readable_across_the_change():
     finally:
         engine.dispose()
         drop_database(name)
+
+
+def test_result_vectors_go_back_into_the_output_on_downgrade():
+    """0012 keeps an embedding as float32 bytes beside the output; its downgrade puts every
+    vector back into the output's JSON (over more than one page), so no result loses it."""
+    from sqlalchemy import text
+    from sqlalchemy.orm import Session
+
+    from db.intake import create_job
+    from db.results import upsert_results
+    from jobs.planner import plan_chunks
+
+    name = f"laneway_mig_{uuid.uuid4().hex[:8]}"
+    url = create_database(name)
+    engine = create_engine(url)
+    n = 1203  # past the downgrade's page of 1,000
+    vector = [round(0.001 * i - 0.19, 6) for i in range(384)]
+    try:
+        upgrade(url=url)
+        with Session(engine) as session, session.begin():
+            account = session.scalar(
+                text("INSERT INTO accounts (name, type) VALUES ('v', 'standard') RETURNING id")
+            )
+            job = create_job(
+                session,
+                account_id=account,
+                tasks=["embed"],
+                labels=[],
+                items=[(f"i{i}", "a") for i in range(n)],
+                lane="cpu",
+                chunks=plan_chunks(n, 256),
+                chunk_size=256,
+            ).id
+            rows = [
+                {"idx": i, "item_id": f"i{i}", "label": None,
+                 "output": {"embedding": vector, "tokens": i}, "error": None}
+                for i in range(n)
+            ]  # fmt: skip
+            upsert_results(session, job, rows)
+        with engine.begin() as conn:
+            assert conn.scalar(text("SELECT count(*) FROM results WHERE vector IS NULL")) == 0
+        command.downgrade(alembic_config(url=url), "0011")
+        with engine.begin() as conn:
+            outputs = conn.scalars(text("SELECT output::text FROM results ORDER BY idx")).all()
+        assert [json.loads(o) for o in outputs] == [
+            {"tokens": i, "embedding": vector} for i in range(n)
+        ]
+        upgrade(url=url)
+    finally:
+        engine.dispose()
+        drop_database(name)

@@ -23,13 +23,24 @@ def test_rounding_in_one_operation_equals_rounding_each_float():
     for vectors in (unit, torch.rand(256, 384) * 2 - 1, awkward):
         expected = [[round(x, 6) for x in row] for row in vectors.tolist()]
         got = rounded_rows(vectors)
-        assert got == expected
-        # Signs of zero too (-0.0 == 0.0 would hide them): the JSON text must not change.
-        assert json.dumps(got) == json.dumps(expected)
+        assert got.tolist() == expected
+        # Signs of zero too (-0.0 == 0.0 would hide them): the values must not change.
+        assert json.dumps(got.tolist()) == json.dumps(expected)
+        # As JSON (orjson writes the array itself): the same numbers, signs included.
+        parsed = [json.loads(dumps(row)) for row in got]
+        assert parsed == expected
+        signs = [[math.copysign(1, x) for x in row] for row in parsed]
+        assert signs == [[math.copysign(1, x) for x in row] for row in expected]
 
 
 def test_no_rows_no_floats():
-    assert rounded_rows(torch.empty((0, 384))) == []
+    assert rounded_rows(torch.empty((0, 384))).tolist() == []
+
+
+def test_an_array_the_stdlib_must_write_is_written_as_numbers():
+    # Past 64 bits orjson refuses the whole value; the stdlib fallback writes arrays too.
+    value = {"n": 2**80, "embedding": np.array([0.25, -0.5])}
+    assert json.loads(dumps(value)) == {"n": 2**80, "embedding": [0.25, -0.5]}
 
 
 @pytest.mark.parametrize(
