@@ -132,14 +132,35 @@ def test_accounts_security_keeps_accounts_keys_and_jobs(tmp_path):
         engine.dispose()
 
 
+def embed_job(session, n: int, chunk_size: int) -> uuid.UUID:
+    """An embed job of `n` items, its account written as 0008 knew accounts (the model
+    has columns added since)."""
+    from sqlalchemy import text
+
+    from db.intake import create_job
+    from jobs.planner import plan_chunks
+
+    account = session.scalar(
+        text("INSERT INTO accounts (name, type) VALUES (:name, 'standard') RETURNING id"),
+        {"name": f"mig-{uuid.uuid4().hex[:8]}"},
+    )
+    return create_job(
+        session,
+        account_id=account,
+        tasks=["embed"],
+        labels=[],
+        items=[(f"i{i}", "a") for i in range(n)],
+        lane="cpu",
+        chunks=plan_chunks(n, chunk_size),
+        chunk_size=chunk_size,
+    ).id
+
+
 def test_results_are_compressed_with_lz4_and_stay_readable_across_the_change():
     """0009 switches results.output to lz4 where the server has it; rows written before
     (pglz) and after read back alike, and the downgrade returns to the server default."""
     from sqlalchemy import text
     from sqlalchemy.orm import Session
-
-    from db.intake import create_job
-    from jobs.planner import plan_chunks
 
     name = f"laneway_mig_{uuid.uuid4().hex[:8]}"
     url = create_database(name)
@@ -160,20 +181,7 @@ def test_results_are_compressed_with_lz4_and_stay_readable_across_the_change():
                 )
             )
         with Session(engine) as session, session.begin():
-            # Written as 0008 knew accounts: the model has columns added since.
-            account = session.scalar(
-                text("INSERT INTO accounts (name, type) VALUES ('lz4', 'standard') RETURNING id")
-            )
-            job = create_job(
-                session,
-                account_id=account,
-                tasks=["embed"],
-                labels=[],
-                items=[("i0", "a"), ("i1", "b")],
-                lane="cpu",
-                chunks=plan_chunks(2, 2),
-                chunk_size=2,
-            ).id
+            job = embed_job(session, 2, 2)
         with engine.begin() as conn:
             conn.execute(text(row), {"job": job, "idx": 0, "out": json.dumps(vector)})
         upgrade(url=url)
@@ -200,9 +208,7 @@ def test_result_vectors_go_back_into_the_output_on_downgrade():
     from sqlalchemy import text
     from sqlalchemy.orm import Session
 
-    from db.intake import create_job
     from db.results import upsert_results
-    from jobs.planner import plan_chunks
 
     name = f"laneway_mig_{uuid.uuid4().hex[:8]}"
     url = create_database(name)
@@ -212,19 +218,7 @@ def test_result_vectors_go_back_into_the_output_on_downgrade():
     try:
         upgrade(url=url)
         with Session(engine) as session, session.begin():
-            account = session.scalar(
-                text("INSERT INTO accounts (name, type) VALUES ('v', 'standard') RETURNING id")
-            )
-            job = create_job(
-                session,
-                account_id=account,
-                tasks=["embed"],
-                labels=[],
-                items=[(f"i{i}", "a") for i in range(n)],
-                lane="cpu",
-                chunks=plan_chunks(n, 256),
-                chunk_size=256,
-            ).id
+            job = embed_job(session, n, 256)
             rows = [
                 {"idx": i, "item_id": f"i{i}", "label": None,
                  "output": {"embedding": vector, "tokens": i}, "error": None}
