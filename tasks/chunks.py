@@ -126,9 +126,18 @@ def _cancelled(work: Work) -> dict[str, Any]:
     return {"chunk": work.chunk_id, "cancelled": True}
 
 
+# Seconds between two looks of a CancelWatch at Redis. A micro-batch of a model on a CPU
+# takes tens of milliseconds, so each still looks; on a GPU (or the control-plane
+# benchmark's near-free model) one takes a millisecond or less, and a Redis round trip
+# before each cost the worker more than the model. A cancel or an interactive request
+# waits at most this much longer to be seen.
+LOOK_EVERY = 0.005
+
+
 class CancelWatch:
     """Asked before each micro-batch: has the job been cancelled? The Redis flag answers
-    at once; the database, the truth should Redis have been emptied, every few seconds.
+    at once (looked at most every LOOK_EVERY seconds); the database, the truth should
+    Redis have been emptied, every few seconds.
 
     With `share` (the model runs on this host's CPU) it also shares the host's cores with
     its interactive worker (workers/cores.py): every core while the host's busy mark is
@@ -149,6 +158,7 @@ class CancelWatch:
         settings = app_settings()
         self.redis = redis_client(settings)
         self.next_db = time.monotonic() + db_every
+        self.next_look = 0.0  # the first micro-batch looks
         self.busy_key = busy_key()
         pause = settings.batch_yield_max if step_aside else 0.0
         self.step_aside = StepAside(self.redis, max(0.0, pause)) if share else None
@@ -172,6 +182,10 @@ class CancelWatch:
         return (max(0, int(mark[0])) if mark else 0), bool(cancelled)
 
     def __call__(self) -> bool:
+        now = time.monotonic()
+        if now < self.next_look:
+            return False
+        self.next_look = now + LOOK_EVERY
         left_ms, cancelled = self._look()
         if cancelled:
             return True

@@ -28,6 +28,11 @@ _F32 = np.dtype("<f4")
 def pack(values: Sequence[float] | np.ndarray) -> bytes | None:
     """The vector as float32 bytes, or None where float32 would not give it back (a
     component of 8 or more or not finite, or not a flat vector of numbers)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.float64 and values.ndim == 1:
+        # The pipeline's rows: one comparison refuses NaN, infinities and 8 or more.
+        if values.size and not np.abs(values).max() < _EXACT_BELOW:
+            return None
+        return values.astype(_F32).tobytes()
     try:
         array = np.asarray(values)
     except (TypeError, ValueError):  # ragged

@@ -116,10 +116,15 @@ def wait_until(predicate, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def test_the_batch_side_gives_a_core_back_while_the_mark_stands_and_takes_it_again(sharing, r):
+def test_the_batch_side_gives_a_core_back_while_the_mark_stands_and_takes_it_again(
+    sharing, r, monkeypatch
+):
     import torch
 
+    import tasks.chunks
     from tasks.chunks import CancelWatch
+
+    monkeypatch.setattr(tasks.chunks, "LOOK_EVERY", 0.0)  # every call looks
 
     job_id, _ = stored_job(sharing, ["one text"], prefix="w")
     watch = CancelWatch(job_id, share=True)
@@ -186,3 +191,19 @@ def test_the_gpu_lanes_cpu_fallback_shares_the_cores_the_same_way(sharing, r, ca
     post_chunk.apply(args=(chunk_id,)).get()
     with session_scope(sharing) as session:
         assert session.get(Chunk, chunk_id).state == "done"
+
+
+def test_the_watch_looks_at_redis_at_most_every_look_every_seconds(settings, r, monkeypatch):
+    """Micro-batches of a fast model come faster than Redis round trips are worth: between
+    two looks the watch answers from its last one, and the next look sees a cancel."""
+    import tasks.chunks
+    from jobs.lifecycle import cancel_key
+
+    job_id, _ = stored_job(settings, ["one text"], prefix="l")
+    monkeypatch.setattr(tasks.chunks, "LOOK_EVERY", 60.0)
+    watch = tasks.chunks.CancelWatch(job_id)
+    assert watch() is False  # the first micro-batch looks
+    r.set(cancel_key(job_id), "1", ex=60)
+    assert watch() is False  # not looked again within LOOK_EVERY
+    watch.next_look = 0.0  # LOOK_EVERY has passed
+    assert watch() is True

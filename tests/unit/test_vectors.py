@@ -30,6 +30,13 @@ def test_six_place_values_below_eight_come_back_exactly(values: list[float]) -> 
 )
 def test_what_float32_cannot_give_back_is_not_packed(values: object) -> None:
     assert pack(values) is None  # type: ignore[arg-type]
+    if isinstance(values, list) and all(isinstance(v, float) for v in values):
+        assert pack(np.array(values)) is None  # the pipeline's rows take a quicker path
+
+
+@given(st.lists(six_places, max_size=400))
+def test_the_pipelines_rows_pack_as_lists_do(values: list[float]) -> None:
+    assert pack(np.array(values, dtype=np.float64)) == pack(values)
 
 
 def test_split_leaves_the_given_output_alone_and_join_restores_it() -> None:
