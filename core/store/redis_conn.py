@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -24,8 +25,27 @@ def client_url(url: str) -> str:
     return url
 
 
+_clients: dict[str, redis.Redis] = {}
+_clients_lock = threading.Lock()
+
+
 def redis_client(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(client_url(settings.redis_url), socket_timeout=5)
+    """This process's client for the settings' Redis, made once per URL and shared.
+
+    A new client opens a new connection, and its handshake (connect, `CLIENT SETINFO`)
+    cost a worker more CPU per chunk than its Redis commands. redis-py's client is
+    thread-safe (its pool hands each command a connection of its own) and its pool starts
+    afresh in a forked child (it checks the process id), so one per process serves every
+    caller; a connection lost with its server is replaced on the next command.
+    """
+    url = client_url(settings.redis_url)
+    client = _clients.get(url)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(url)
+            if client is None:
+                client = _clients[url] = redis.Redis.from_url(url, socket_timeout=5)
+    return client
 
 
 def ping(settings: Settings) -> bool:
