@@ -32,11 +32,9 @@ process, its living descendants and the children it reaped): web, the cpu worker
 interactive worker, Postgres (the fleet's database's backends and the server's own
 background processes), Redis (the redis-server process; shared with anything else using
 it), on RabbitMQ the node's Erlang VM (beam.smp; shared with every vhost and anything
-else using the node), and this process (the client). Tokenization and the model alone
-are the job's texts through the pipeline a worker loads, a chunk at a time, in this
-process (its CPU: every thread's); `worker_rest` is the cpu workers' CPU less both, what
-the control plane costs a worker. `worker_outside_model` is the cpu workers' CPU less the
-job's model stage seconds (wall seconds: a model on two threads spends more CPU).
+else using the node), and this process (the client). Tokenization alone is the job's
+texts through the workers' own `prepare` (inference/batching.py) in this process;
+`worker_outside_model` is the cpu workers' CPU less the job's model stage seconds.
 
 The --json report (format 2) holds each broker's jobs as `brokers.<broker>.batch.<task>`
 and the interactive levels as `interactive.<clients>`; the output ends with each broker's
@@ -328,34 +326,20 @@ def build_free_model(folder: Path) -> Path:
     return folder
 
 
-def alone_seconds(model: Path, texts: list[str], home: Path) -> tuple[float, float]:
-    """CPU seconds of the workers' own tokenizing (`pre`) and model stages over `texts`, a
-    chunk at a time, in this process: the pipeline a worker loads (its precision, direct
-    tokenizer and packed forward) on a worker's torch threads. The model's share counts
-    every thread of the process, as a worker's CPU does (torch's second thread waits for
-    work spinning, between the many small operations of a near-free forward)."""
-    import torch
+def tokenization_seconds(model: Path, texts: list[str], batch_size: int, chunk: int) -> float:
+    """CPU seconds of the workers' own tokenizing step over `texts`, in this process."""
+    from transformers import AutoTokenizer
 
-    from core.config.settings import get_settings
-    from workers.model_host import get_pipeline
+    from inference.batching import prepare
+    from inference.tokenize import Direct
 
-    os.environ.update(LANEWAY_MODEL_PATH=str(model), LANEWAY_HOME=str(home))
-    get_settings.cache_clear()
-    settings = get_settings()
-    torch.set_num_threads(settings.torch_threads)
-    pipeline = get_pipeline(settings)
-    size = settings.chunk_size
-    chunks = [texts[begin : begin + size] for begin in range(0, len(texts), size)]
-    pipeline.model(pipeline.pre(chunks[0], ["embed"]))  # warm
-    pre = forward = 0.0
-    for chunk in chunks:
-        started = time.process_time()
-        staged = pipeline.pre(chunk, ["embed"])
-        tokenized = time.process_time()
-        pipeline.model(staged)
-        pre += tokenized - started
-        forward += time.process_time() - tokenized
-    return pre, forward
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    direct = Direct.build(tokenizer, 256)  # as the workers' models tokenize (inference/base.py)
+    prepare(tokenizer, texts[:chunk], 256, batch_size, direct=direct)  # warm
+    started = time.process_time()
+    for begin in range(0, len(texts), chunk):  # a chunk at a time, as the workers do
+        prepare(tokenizer, texts[begin : begin + chunk], 256, batch_size, direct=direct)
+    return time.process_time() - started
 
 
 # --- the fleet -------------------------------------------------------------------------
@@ -540,8 +524,6 @@ def run_level(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float
 TIER_LABELS = {
     "cpu_workers": "cpu workers",
     "worker_outside_model": "cpu workers outside the model",
-    "model_alone": "the model alone",
-    "worker_rest": "cpu workers less tokenizing and the model alone",
     "interactive_worker": "interactive worker",
     "redis": "redis (shared)",
     "rabbitmq": "rabbitmq beam.smp (shared node)",
@@ -550,7 +532,7 @@ TIER_LABELS = {
 
 def broker_run(
     name: str, url: str, args: argparse.Namespace, model: Path, texts: list[str],
-    alone_ms: tuple[float, float], levels: list[int], logdir: Path,
+    tokenization_ms: float, levels: list[int], logdir: Path,
 ) -> tuple[dict, dict]:  # fmt: skip
     """Start a fleet whose batch lanes run on `url` (`name`'s broker), on a database and a
     Redis db index of its own, and run the batch jobs and then `levels` of interactive
@@ -612,10 +594,7 @@ def broker_run(
         run: dict = {"load_average_start": [round(x, 2) for x in os.getloadavg()], "batch": {}}
         for task in tasks:
             done = run_job(fleet, meter, key, task, texts, profile)
-            spent = done["cpu_ms_per_1000_items"]
-            spent["tokenization"], spent["model_alone"] = alone_ms
-            # What the worker spends besides tokenizing and the model: the control plane.
-            spent["worker_rest"] = round(spent["cpu_workers"] - sum(alone_ms), 2)
+            done["cpu_ms_per_1000_items"]["tokenization"] = tokenization_ms
             run["batch"][task] = done
             print(json.dumps({"broker": name, **done}), flush=True)
         interactive = {}
@@ -705,15 +684,19 @@ def main(argv: list[str] | None = None) -> dict:
 
         model = build_free_model(logdir / "model")
         texts = load_texts(args.items)
-        # The same texts through the workers' tokenizing and model stages alone, here.
-        alone = alone_seconds(model, texts, logdir / "alone") if tasks else (0.0, 0.0)
-        tokenization_ms, model_ms = (round(1_000_000 * x / len(texts), 2) for x in alone)
+        # The same texts through the workers' tokenizing step alone, in this process.
+        tokenizing = (
+            tokenization_seconds(model, texts, settings.batch_size, settings.chunk_size)
+            if tasks
+            else 0.0
+        )
+        tokenization_ms = round(1_000_000 * tokenizing / len(texts), 2)
         for i, name in enumerate(brokers):
             given = nullcontext(settings.broker_url)  # the environment's broker, as it is
             with batch_broker(name) if args.brokers else given as url:
                 run, interactive = broker_run(
-                    name, url, args, model, texts, (tokenization_ms, model_ms),
-                    levels if i == 0 else [], logdir / name,
+                    name, url, args, model, texts, tokenization_ms, levels if i == 0 else [],
+                    logdir / name,
                 )  # fmt: skip
             report["brokers"][name] = run
             report["interactive"].update(interactive)
