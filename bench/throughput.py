@@ -239,11 +239,19 @@ def run_fleet(
         if outputs is not None:
             from sqlalchemy import select
 
+            from core.util.vectors import join
             from db.models import Result
 
             with session_scope(settings) as session:
-                query = select(Result.output).where(Result.job_id == job.id).order_by(Result.idx)
-                outputs.extend(session.scalars(query))
+                query = (
+                    select(Result.output, Result.vector)
+                    .where(Result.job_id == job.id)
+                    .order_by(Result.idx)
+                )  # an embedding's vector is beside its output (core/util/vectors.py)
+                outputs.extend(
+                    None if output is None and vector is None else join(output, vector)
+                    for output, vector in session.execute(query)
+                )
     finally:
         worker.terminate()  # Celery's warm shutdown
         try:
