@@ -169,9 +169,10 @@ def run_fleet(
     label: str,
     labels: list[str] | None = None,
     outputs: list | None = None,
+    workers: int = 1,
 ) -> dict:
-    """One cpu worker as `laneway worker cpu` starts it (with `extra_env` beside the defaults,
-    and the naive task included) runs an N-item job;
+    """`workers` cpu workers as `laneway worker cpu` starts them (with `extra_env` beside
+    the defaults, and the naive task included) run an N-item job;
     then, with naive_items, one task per item. Returns the job's figures; `outputs`, when
     given, receives every item's result in item order (read after the timing ends)."""
     import uuid
@@ -185,24 +186,30 @@ def run_fleet(
     from tasks import app
 
     settings = get_settings()
-    node = f"bench-{uuid.uuid4().hex[:6]}"
+    run = uuid.uuid4().hex[:6]
+    nodes = [f"bench-{run}-{n}" for n in range(workers)]
     env = {**os.environ, **worker_env("cpu", settings), **extra_env}
-    logfile = settings.home / f"bench-worker-{node}.log"
     settings.home.mkdir(parents=True, exist_ok=True)
-    log = open(logfile, "wb")  # noqa: SIM115
-    argv = bench_worker_argv(settings, node)
-    worker = subprocess.Popen(
-        argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True
-    )
+    logfiles = [settings.home / f"bench-worker-{node}.log" for node in nodes]
+    procs = []
+    for node, logfile in zip(nodes, logfiles, strict=True):
+        log = open(logfile, "wb")  # noqa: SIM115
+        procs.append(
+            subprocess.Popen(
+                bench_worker_argv(settings, node), env=env, stdout=log,
+                stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
+            )
+        )  # fmt: skip
+    logfile = logfiles[0]
     try:
         deadline = time.monotonic() + 180
-        destination = [f"{node}@{socket.gethostname()}"]
+        destination = [f"{node}@{socket.gethostname()}" for node in nodes]
         while not (
-            app.control.ping(destination=destination, timeout=0.5)
-            and b"loaded in pid" in logfile.read_bytes()
+            len(app.control.ping(destination=destination, timeout=0.5) or []) == workers
+            and all(b"loaded in pid" in f.read_bytes() for f in logfiles)
         ):
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the bench worker did not start; see {logfile}")
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                raise SystemExit(f"the bench workers did not start; see {logfiles}")
         with session_scope(settings) as session:
             account, _ = create_account(session, f"bench-{uuid.uuid4().hex[:8]}", account_type)
             session.expunge(account)
@@ -219,6 +226,7 @@ def run_fleet(
         stages = {"pre": row.pre_seconds, "model": row.model_seconds, "post": row.post_seconds}
         info = {
             "run": label,
+            "workers": workers,
             "settings": extra_env or "defaults",
             "status": row.status,
             "lane": row.lane,
@@ -253,12 +261,14 @@ def run_fleet(
                     for output, vector in session.execute(query)
                 )
     finally:
-        worker.terminate()  # Celery's warm shutdown
-        try:
-            worker.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, 9)
-            worker.wait(10)
+        for worker in procs:
+            worker.terminate()  # Celery's warm shutdown
+        for worker in procs:
+            try:
+                worker.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, 9)
+                worker.wait(10)
     return info
 
 
@@ -309,8 +319,15 @@ def main() -> None:
         default="",
         help="also run the fleet with these settings (NAME=VALUE,...), labelled tuned",
     )
+    parser.add_argument(
+        "--workers",
+        default="1",
+        help="the fleet with each of these counts of cpu workers (1,2: two runs; n workers "
+        "take cores/n torch threads each)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",") if n.strip()]
 
     from core.config.settings import get_settings
     from core.store.redis_conn import embedded_redis
@@ -337,14 +354,25 @@ def main() -> None:
     }
     for bare in bares.values():
         bare.run(texts[:half])
-    runs = [("as shipped", {})]
+    # n workers on this host as docs/operations.md runs them: each with its share of the
+    # cores as torch threads (at the default, every worker takes every core).
+    cores = os.cpu_count() or 1
+    runs = [
+        ("as shipped", {}, n)
+        if n == 1
+        else (f"{n} workers", {"LANEWAY_TORCH_THREADS": str(max(1, cores // n))}, n)
+        for n in counts
+    ]
     if args.tuned:
-        runs.append(("tuned", env_pairs(args.tuned)))
+        runs.append(("tuned", env_pairs(args.tuned), counts[0]))
     with embedded_redis(settings):
         fleets = [
-            run_fleet(texts, args.task, args.account_type, args.naive_items, env, label)
-            for label, env in runs
-        ]
+            run_fleet(
+                texts, args.task, args.account_type, args.naive_items if n == counts[0] else 0,
+                env, label, workers=n,
+            )
+            for label, env, n in runs
+        ]  # fmt: skip
     for bare in bares.values():
         bare.run(texts[half:])
     passing = [p for p in bares if p == "fp32" or checks.get(p, {}).get("ok")]

@@ -133,20 +133,30 @@ class TierSampler:
         out["redis"] = self.redis_last - self.redis_first
         return out
 
-    def last_seconds_of_workers(self, seconds: float) -> dict[str, float]:
-        """Each tier's CPU over the last `seconds` the benchmark's workers lived: its job's
-        run, which ends as the benchmark stops its worker, without the worker's start (its
-        model's load and precision check) or the bare model's runs before and after."""
-        return window(self.series, seconds)
+    def last_seconds_of_workers(self, seconds: float, fleet: int = 0) -> dict[str, float]:
+        """Each tier's CPU over the last `seconds` the benchmark's workers of its `fleet`-th
+        fleet lived: that job's run, which ends as the benchmark stops its workers, without
+        the workers' start (the model's load and precision check), the bare model's runs
+        or another fleet's."""
+        return window(self.series, seconds, fleet)
 
 
-def window(series: list[tuple[float, dict[str, float], bool]], seconds: float) -> dict:
+def window(
+    series: list[tuple[float, dict[str, float], bool]], seconds: float, fleet: int = 0
+) -> dict:
     """The growth of each tier's CPU from `seconds` before the last sample at which a worker
-    lived to that sample, reading the series at the sample nearest each end."""
+    of the `fleet`-th fleet lived (the fleets one after the other: runs of samples with a
+    worker alive) to that sample, reading the series at the sample nearest each end."""
     alive = [i for i, (_, _, worker) in enumerate(series) if worker]
-    if not alive:
+    runs = [[i] for i in alive[:1]]
+    for i in alive[1:]:
+        if i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    if len(runs) <= fleet:
         return {}
-    end_t, end, _ = series[alive[-1]]
+    end_t, end, _ = series[runs[fleet][-1]]
     start = min(series, key=lambda x: abs(x[0] - (end_t - seconds)))[1]
     return {tier: end[tier] - start.get(tier, 0.0) for tier in end}
 
@@ -192,10 +202,11 @@ def run_bench(
 
 def batch_figures(
     report: dict, tiers: dict[str, float], growth: dict[str, float], precision: str
-) -> tuple[BatchCost, dict[str, Any]]:
+) -> tuple[BatchCost, list[dict[str, Any]]]:
     """One task's batch costs from bench/throughput.py's report (`precision`: the bare
-    model's variant the workers run), the tiers' CPU seconds over its run, and what the
-    database grew by; with the measured fleet rate, for the checks."""
+    model's variant the workers run), the tiers' CPU seconds over its first fleet's run
+    (one worker), and what the database grew by; with each fleet's measured rate, its
+    worker count and each worker's torch threads, for the checks."""
     items, threads = report["items"], report["threads"]
     bare = report["bare"].get(precision) or report["bare"]["fp32"]
     fleet = report["fleets"][0]
@@ -210,7 +221,16 @@ def batch_figures(
         postgres_bytes=max(0.0, growth["bytes"] / items),
         postgres_rows=max(0.0, growth["rows"] / items),
     )
-    measured = {"workers": 1, "threads": threads, "items_per_s": fleet["items_per_s"]}
+    measured = [
+        {
+            "workers": run.get("workers", 1),
+            "threads": int((run.get("settings") or {}).get("LANEWAY_TORCH_THREADS", threads))
+            if isinstance(run.get("settings"), dict)
+            else threads,
+            "items_per_s": run["items_per_s"],
+        }
+        for run in report["fleets"]
+    ]
     return cost, measured
 
 
@@ -310,9 +330,11 @@ def calibrate(
     say(f"batch: bench/throughput.py, {items} items of {task} (logs in {work})")
     before = db_footprint(database_url)
     out = work / "throughput.json"
+    # One worker (the costs), then two on this host, each with half the cores (a check of
+    # the plan's prediction for more than one).
     argv = ["bench/throughput.py", "--items", str(items), "--task", task, "--naive-items", "0",
             "--precisions", ",".join(sorted({"fp32", bare})), "--threads", str(threads),
-            "--out", str(out)]  # fmt: skip
+            "--workers", "1,2" if threads >= 2 else "1", "--out", str(out)]  # fmt: skip
     report, sampler = run_bench(argv, redis_url, out, timeout=3600)
     # the job's time and a margin for the worker's warm shutdown after it
     tiers = sampler.last_seconds_of_workers(report["fleets"][0]["seconds"] + 2.0)
@@ -342,7 +364,7 @@ def calibrate(
         "devices": {},
         "measured": {
             "precision": precision,
-            "batch": {task: [batch_measured]},
+            "batch": {task: batch_measured},
             "interactive": {task: levels_measured},
         },
     }

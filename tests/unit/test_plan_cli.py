@@ -107,14 +107,20 @@ def test_benchmark_reports_become_profile_figures() -> None:
     # bench/throughput.py's report over 1,000 items on 2 threads, bf16 at 400 items/s
     throughput = {"items": 1000, "threads": 2, "bare": {"fp32": {"items_per_s": 160.0},
                   "bf16": {"items_per_s": 400.0}},
-                  "fleets": [{"items_per_s": 380.0, "outside_model_seconds": 0.5}]}  # fmt: skip
+                  "fleets": [{"items_per_s": 380.0, "outside_model_seconds": 0.5},
+                             {"items_per_s": 410.0, "outside_model_seconds": -9.0, "workers": 2,
+                              "settings": {"LANEWAY_TORCH_THREADS": "1"}}]}  # fmt: skip
     tiers = {"worker": 6.0, "bench": 9.0, "postgres": 0.5, "redis": 0.1}
     cost, measured = batch_figures(throughput, tiers, {"bytes": 2e6, "rows": 2000}, "bf16")
     assert cost.model_cpu_s == pytest.approx(0.005)
     assert cost.worker_cpu_s == pytest.approx(0.001)
     assert cost.postgres_cpu_s == pytest.approx(0.0005)
     assert cost.postgres_bytes == 2000 and cost.postgres_rows == 2
-    assert measured == {"workers": 1, "threads": 2, "items_per_s": 380.0}
+    # the costs are the one worker's; each fleet is a check, with its workers' threads
+    assert measured == [
+        {"workers": 1, "threads": 2, "items_per_s": 380.0},
+        {"workers": 2, "threads": 1, "items_per_s": 410.0},
+    ]
 
     def level(clients: int, batch: float, worker: float, p50: float, p99: float, rps: float):
         cpu = {"web": 1.5, "interactive worker": worker, "redis (shared)": 0.3, "bench client": 1}
@@ -149,6 +155,23 @@ def test_the_window_is_the_job_not_the_worker_start() -> None:
     ]
     assert window(series, 4.0) == {"worker": 8.0, "bench": 0.5}
     assert window([(0.0, {"worker": 1.0}, False)], 4.0) == {}
+
+
+def test_each_fleets_window_is_its_own_job() -> None:
+    """bench/throughput.py --workers 1,2 runs two fleets one after the other: the costs
+    come from the first fleet's job, not the last one's."""
+    from fleet.calibration import window
+
+    series = [
+        (0.0, {"worker": 0.0}, True),
+        (10.0, {"worker": 18.0}, True),  # the first fleet's 4 s job ends here
+        (12.0, {"worker": 18.0}, False),  # its workers stopped
+        (14.0, {"worker": 30.0}, True),  # the second fleet's two workers load and run
+        (20.0, {"worker": 50.0}, True),
+    ]
+    assert window(series, 9.0) == {"worker": 18.0}  # from the sample nearest 1.0: 0.0
+    assert window(series, 6.0, fleet=1) == {"worker": 20.0}
+    assert window(series, 4.0, fleet=2) == {}
 
 
 def test_control_plane_figures_replace_the_tiers_they_measure() -> None:
