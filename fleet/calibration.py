@@ -147,16 +147,15 @@ def window(
     """The growth of each tier's CPU from `seconds` before the last sample at which a worker
     of the `fleet`-th fleet lived (the fleets one after the other: runs of samples with a
     worker alive) to that sample, reading the series at the sample nearest each end."""
-    alive = [i for i, (_, _, worker) in enumerate(series) if worker]
-    runs = [[i] for i in alive[:1]]
-    for i in alive[1:]:
-        if i == runs[-1][-1] + 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    if len(runs) <= fleet:
+    # Each fleet's last sample with a worker alive: the next one has none, or there is none.
+    ends = [
+        i
+        for i, (_, _, worker) in enumerate(series)
+        if worker and (i + 1 == len(series) or not series[i + 1][2])
+    ]
+    if len(ends) <= fleet:
         return {}
-    end_t, end, _ = series[runs[fleet][-1]]
+    end_t, end, _ = series[ends[fleet]]
     start = min(series, key=lambda x: abs(x[0] - (end_t - seconds)))[1]
     return {tier: end[tier] - start.get(tier, 0.0) for tier in end}
 
@@ -224,14 +223,19 @@ def batch_figures(
     measured = [
         {
             "workers": run.get("workers", 1),
-            "threads": int((run.get("settings") or {}).get("LANEWAY_TORCH_THREADS", threads))
-            if isinstance(run.get("settings"), dict)
-            else threads,
+            "threads": int(env_of(run).get("LANEWAY_TORCH_THREADS", threads)),
             "items_per_s": run["items_per_s"],
         }
         for run in report["fleets"]
     ]
     return cost, measured
+
+
+def env_of(run: dict) -> dict[str, str]:
+    """The settings a bench/throughput.py fleet ran with beside the defaults ("defaults":
+    none)."""
+    given = run.get("settings")
+    return given if isinstance(given, dict) else {}
 
 
 def interactive_figures(report: dict, cores: int) -> tuple[InteractiveCost, list[dict]]:

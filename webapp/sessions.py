@@ -17,7 +17,7 @@ import secrets
 import time
 
 import redis
-from flask import current_app, session
+from flask import session
 
 from core.config.settings import Settings
 from core.store.redis_conn import redis_client
@@ -28,8 +28,8 @@ CLOCK_SKEW = 60  # seconds another web machine's clock may run ahead of this one
 
 
 def _redis(settings: Settings) -> redis.Redis:
-    """The app's Redis client for sign-in records, made once per app."""
-    return current_app.extensions.setdefault("laneway_sessions", redis_client(settings))
+    """The Redis client for sign-in records (the process's, core/store/redis_conn.py)."""
+    return redis_client(settings)
 
 
 def _record(sign_in_id: str) -> str:
