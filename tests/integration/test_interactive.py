@@ -456,10 +456,19 @@ def test_a_request_sent_as_a_celery_message_is_answered_too(worker, settings):
     from core.queueing.celery_app import make_celery
     from core.store import interactive_protocol as ia
 
-    req = ia.new_request(["score"], [], [("m", f"lovely, thanks {tag()}")], keep=False, account=1)
+    r = redis.Redis.from_url(settings.redis_url)
+    text = f"lovely, thanks {tag()}"
+    req = ia.new_request(["score"], [], [("m", text)], keep=False, account=1)
     make_celery(settings).send_task(
         ia.TASK_NAME, args=[[req.message()]], queue="interactive.cpu", ignore_result=True
     )
-    answer = ia.wait_answer(redis.Redis.from_url(settings.redis_url), req.id, 30)
+    answer = ia.wait_answer(r, req.id, 30)
     assert answer is not None and answer["status"] == ia.SUCCESS, answer
-    assert answer["output"][0]["id"] == "m" and answer["output"][0]["rating"] > 0
+    # The same text sent the current way gets the same rating: the old message is read
+    # as the request it is, not merely answered.
+    today = ia.send_and_wait(
+        r, ia.new_request(["score"], [], [("m", text)], keep=False, account=1), "cpu", 30
+    )
+    assert today is not None and today["status"] == ia.SUCCESS, today
+    (got,), (want,) = answer["output"], today["output"]
+    assert got["id"] == "m" and got["rating"] == pytest.approx(want["rating"], abs=1e-4)
