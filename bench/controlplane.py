@@ -177,9 +177,10 @@ class Meter:
 
 
 class Profile:
-    """py-spy sampling each tier's process tree during a batch job (collapsed stacks, one
-    file per tier), and Postgres' own statement log for this run's database (every
-    statement's duration: pg_stat_statements needs a server restart to load, this does not)."""
+    """py-spy sampling each tier's process tree during a batch job or an interactive level
+    (raw stacks, one file per tier), and Postgres' own statement log for this run's database
+    (every statement's duration: pg_stat_statements needs a server restart to load, this
+    does not)."""
 
     PG_LOG = Path(
         os.environ.get("LANEWAY_BENCH_PG_LOG", "/var/log/postgresql/postgresql-15-main.log")
@@ -197,14 +198,19 @@ class Profile:
         with psycopg.connect(self.admin, autocommit=True) as conn:
             conn.execute(f'ALTER DATABASE "{self.database}" SET log_min_duration_statement = 0')
 
-    def start(self, task: str, tiers: dict[str, list[int]]) -> None:
+    def start(
+        self,
+        task: str,
+        tiers: dict[str, list[int]],
+        python: tuple[str, ...] = ("web", "cpu_workers"),
+    ) -> None:
+        """Sample the `python` tiers. py-spy reads Python only; a batch job leaves the idle
+        interactive worker out (its 32 threads cost the sampler more than the worker costs
+        the job)."""
         self.log_from = self.PG_LOG.stat().st_size if self.PG_LOG.exists() else 0
         spy = shutil.which("py-spy", path=str(BIN)) or shutil.which("py-spy")
         if spy is None:
             raise SystemExit("--profile needs py-spy (pip install py-spy: the dev extra)")
-        # py-spy reads Python only; the idle interactive worker is left out (its 32 threads
-        # cost the sampler more than the worker costs the job).
-        python = ("web", "cpu_workers")
         for name, pids in tiers.items():
             for pid in pids if name in python else ():
                 out = self.folder / f"{task}-{name}-{pid}.txt"
@@ -474,7 +480,9 @@ def run_job(
     }
 
 
-def run_level(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float) -> dict:
+def run_level(
+    fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float, profile: Profile | None
+) -> dict:
     """`clients` threads, each sending one-text embed requests back to back."""
     from bench.latency import Texts, message_texts, percentile, run_all
 
@@ -504,9 +512,13 @@ def run_level(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float
             latencies.extend(mine)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
+    if profile:
+        profile.start(f"interactive{clients}", meter.tiers, ("web", "interactive_worker"))
     before = meter.read()
     wall = run_all(threads)
     spent = Meter.spent(before, meter.read())
+    if profile:
+        profile.stop(f"interactive{clients}")
     n = max(1, len(latencies))
     return {
         "clients": clients,
@@ -599,7 +611,7 @@ def broker_run(
             print(json.dumps({"broker": name, **done}), flush=True)
         interactive = {}
         for clients in levels:
-            level = run_level(fleet, meter, key, clients, args.seconds)
+            level = run_level(fleet, meter, key, clients, args.seconds, profile)
             interactive[str(clients)] = level
             print(json.dumps(level), flush=True)
         return run, interactive
@@ -649,7 +661,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", default=None, metavar="PATH", help="write the figures here")
     parser.add_argument(
         "--profile", default=None, metavar="DIR",
-        help="py-spy each tier and log Postgres' statements during the batch jobs, into DIR",
+        help="py-spy each tier and log Postgres' statements during the batch jobs and the "
+        "interactive levels (web and interactive worker), into DIR",
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the logs' folder")
     args = parser.parse_args(argv)
