@@ -171,7 +171,7 @@ def run_fleet(
     outputs: list | None = None,
     workers: int = 1,
 ) -> dict:
-    """`workers` cpu workers as `laneway worker cpu` starts them (with `extra_env` beside
+    """`workers` cpu workers as `laneway fleet` starts them (with `extra_env` beside
     the defaults, and the naive task included) run an N-item job;
     then, with naive_items, one task per item. Returns the job's figures; `outputs`, when
     given, receives every item's result in item order (read after the timing ends)."""
@@ -181,14 +181,17 @@ def run_fleet(
     from db.accounts import create_account
     from db.models import FINAL_JOB_STATUSES, Job
     from db.session import session_scope
-    from fleet.processes import worker_env
+    from fleet.processes import cpu_worker_env
     from jobs.submit import submit_job
     from tasks import app
 
     settings = get_settings()
     run = uuid.uuid4().hex[:6]
     nodes = [f"bench-{run}-{n}" for n in range(workers)]
-    env = {**os.environ, **worker_env("cpu", settings), **extra_env}
+    shared = cpu_worker_env(settings, workers)
+    env = {**os.environ, **shared, **extra_env}
+    # What the workers ran with beside the defaults, their share of the cores included.
+    chosen = {k: v for k, v in shared.items() if k == "LANEWAY_TORCH_THREADS"} | extra_env
     settings.home.mkdir(parents=True, exist_ok=True)
     logfiles = [settings.home / f"bench-worker-{node}.log" for node in nodes]
     procs = []
@@ -227,7 +230,7 @@ def run_fleet(
         info = {
             "run": label,
             "workers": workers,
-            "settings": extra_env or "defaults",
+            "settings": chosen or "defaults",
             "status": row.status,
             "lane": row.lane,
             "succeeded": row.succeeded_items,
@@ -354,15 +357,9 @@ def main() -> None:
     }
     for bare in bares.values():
         bare.run(texts[:half])
-    # n workers on this host as docs/operations.md runs them: each with its share of the
-    # cores as torch threads (at the default, every worker takes every core).
-    cores = os.cpu_count() or 1
-    runs = [
-        ("as shipped", {}, n)
-        if n == 1
-        else (f"{n} workers", {"LANEWAY_TORCH_THREADS": str(max(1, cores // n))}, n)
-        for n in counts
-    ]
+    # n workers on this host as `laneway fleet` runs them (LANEWAY_CPU_WORKERS=n): each
+    # with its share of the cores as torch threads.
+    runs = [("as shipped", {}, n) if n == 1 else (f"{n} workers", {}, n) for n in counts]
     if args.tuned:
         runs.append(("tuned", env_pairs(args.tuned), counts[0]))
     with embedded_redis(settings):

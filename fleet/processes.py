@@ -72,6 +72,17 @@ def worker_env(lane: str, settings: Settings) -> dict[str, str]:
     }
 
 
+def cpu_worker_env(settings: Settings, count: int) -> dict[str, str]:
+    """The environment of each of `count` cpu workers on this host. They share its cores:
+    each takes cores / count torch threads, unless LANEWAY_TORCH_THREADS is set (then the
+    operator has chosen). At the default every worker would take every core, and two such
+    on one host only contend (docs/operations.md, Sizing)."""
+    env = worker_env("cpu", settings)
+    if count > 1 and "torch_threads" not in settings.model_fields_set:
+        env["LANEWAY_TORCH_THREADS"] = str(max(1, settings.torch_threads // count))
+    return env
+
+
 def gpu_devices(settings: Settings) -> tuple[str, ...]:
     """LANEWAY_GPU_DEVICES, else every CUDA device found; on a machine without CUDA, with
     LANEWAY_GPU_FALLBACK=cpu, one stand-in device `0` (its worker runs on CPU)."""
@@ -189,7 +200,8 @@ def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
     for n in range(settings.cpu_workers):
         name = "cpu" if n == 0 else f"cpu{n + 1}"
         argv = worker_argv("cpu", settings, name=name)
-        fleet.add(f"worker-{name}", argv, worker_env("cpu", settings), ALWAYS, node(name))
+        env = cpu_worker_env(settings, settings.cpu_workers)
+        fleet.add(f"worker-{name}", argv, env, ALWAYS, node(name))
     # Interactive workers: always up, so a first request never waits for a start.
     for lane in interactive_lanes(settings):
         name, argv, env = interactive_worker(settings, lane)

@@ -308,3 +308,26 @@ def test_devices_an_operator_names_are_reported_without_cuda(settings):
     named = one_machine_settings(settings.replace(gpu_fallback="cpu", gpu_devices=("0", "1")))
     report, withdrawn = _report_and_withdrawal(settings, worker_fleet(named))
     assert report == {"gpu_devices": 2} and withdrawn is None
+
+
+def test_the_fleets_cpu_workers_share_the_hosts_cores_unless_the_operator_chose():
+    from core.config.settings import Settings
+    from fleet.processes import cpu_worker_env, worker_fleet
+
+    def threads(fleet, name):
+        return fleet.children[name].env.get("LANEWAY_TORCH_THREADS")
+
+    cores = Settings.from_env({}).torch_threads  # the default: every core of this host
+    one = worker_fleet(Settings.from_env({}))
+    assert threads(one, "worker-cpu") is None  # one worker: every core, as shipped
+    three = worker_fleet(Settings.from_env({"LANEWAY_CPU_WORKERS": "3"}))
+    share = str(max(1, cores // 3))
+    assert [threads(three, f"worker-{n}") for n in ("cpu", "cpu2", "cpu3")] == [share] * 3
+    assert threads(three, "worker-interactive") is None  # it takes its cores from the batch side
+    # More workers than cores: one thread each, never none.
+    many = Settings.from_env({"LANEWAY_CPU_WORKERS": str(cores + 5)})
+    assert cpu_worker_env(many, many.cpu_workers)["LANEWAY_TORCH_THREADS"] == "1"
+    # The operator's own thread count stands, whatever the count of workers.
+    chosen = Settings.from_env({"LANEWAY_CPU_WORKERS": "2", "LANEWAY_TORCH_THREADS": "5"})
+    assert "LANEWAY_TORCH_THREADS" not in cpu_worker_env(chosen, 2)
+    assert threads(worker_fleet(chosen), "worker-cpu2") is None
