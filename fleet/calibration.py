@@ -209,21 +209,40 @@ def batch_figures(
     items, threads = report["items"], report["threads"]
     bare = report["bare"].get(precision) or report["bare"]["fp32"]
     fleet = report["fleets"][0]
+
+    def threads_of(run: dict) -> int:
+        return int(env_of(run).get("LANEWAY_TORCH_THREADS", threads))
+
+    def model_cpu_s(run: dict) -> float | None:
+        """The run's model stage in core-seconds per item, as its workers paid it (their
+        chunks' micro-batches); None when the report has no stage seconds."""
+        seconds = (run.get("stage_seconds") or {}).get("model")
+        return threads_of(run) * seconds / items if seconds else None
+
+    # Each fleet's own model stage, by its workers' threads (the first fleet's count wins).
+    model_at: dict[int, float] = {}
+    for run in report["fleets"]:
+        cost_s = model_cpu_s(run)
+        if cost_s is not None:
+            model_at.setdefault(threads_of(run), cost_s)
     cost = BatchCost(
         # a worker's cores are held for the model's time and for the job's time outside the
-        # model stage (tokenizing, claims, upserts, hand-offs), whether busy or waiting
-        model_cpu_s=threads / bare["items_per_s"],
+        # model stage (tokenizing, claims, upserts, hand-offs), whether busy or waiting; the
+        # model's time as the fleet's workers spent it (the bare model, which batches the
+        # whole sample by length, only where the report has no stage seconds)
+        model_cpu_s=model_at.get(threads_of(fleet)) or threads / bare["items_per_s"],
         worker_cpu_s=threads * fleet["outside_model_seconds"] / items,
         web_cpu_s=0.0,  # the benchmark submits through the service layer, not the web app
         postgres_cpu_s=tiers["postgres"] / items,
         redis_cpu_s=tiers["redis"] / items,
         postgres_bytes=max(0.0, growth["bytes"] / items),
         postgres_rows=max(0.0, growth["rows"] / items),
+        model_cpu_s_at=model_at,
     )
     measured = [
         {
             "workers": run.get("workers", 1),
-            "threads": int(env_of(run).get("LANEWAY_TORCH_THREADS", threads)),
+            "threads": threads_of(run),
             "items_per_s": run["items_per_s"],
         }
         for run in report["fleets"]

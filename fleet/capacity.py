@@ -41,13 +41,25 @@ class PlanError(ValueError):
 class BatchCost:
     """CPU seconds per item of one task's batch path, by tier, and what an item writes."""
 
-    model_cpu_s: float  # the model stage on a CPU (core-seconds: threads / bare items/s)
+    model_cpu_s: float  # the model stage on a CPU (core-seconds at the profile's threads)
     worker_cpu_s: float  # the worker outside the model (tokenizing, claims, upserts)
     web_cpu_s: float  # submission (parsing, staging with COPY)
     postgres_cpu_s: float
     redis_cpu_s: float
     postgres_bytes: float  # on disk, indexes included
     postgres_rows: float
+    # The model stage's core-seconds per item at each torch thread count measured: torch's
+    # threads do not scale evenly (two one-thread workers outran one two-thread worker).
+    model_cpu_s_at: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        at = {int(k): float(v) for k, v in self.model_cpu_s_at.items()}  # JSON keys are text
+        object.__setattr__(self, "model_cpu_s_at", at)
+
+    def model_at(self, threads: int) -> float:
+        """The model stage's core-seconds per item at `threads` torch threads: as measured
+        at that count, else at the profile's own."""
+        return self.model_cpu_s_at.get(threads, self.model_cpu_s)
 
 
 @dataclass(frozen=True)
@@ -440,7 +452,7 @@ def predict_batch_rate(profile: Profile, task: str, workers: int, threads: int) 
     machine's cores over each one's CPU per item."""
     cost, cores = profile.batch[task], profile.machine["cores"]
     worker_cores = min(cores, workers * threads)
-    per_item = cost.model_cpu_s + cost.worker_cpu_s
+    per_item = cost.model_at(threads) + cost.worker_cpu_s
     everything = per_item + cost.postgres_cpu_s + cost.redis_cpu_s + cost.web_cpu_s
     return min(worker_cores / per_item, cores / everything)
 

@@ -218,6 +218,14 @@ def test_predictions_for_the_measured_machine() -> None:
     assert predict_batch_rate(p, "classify", 1, 2) == pytest.approx(2 / 0.0058)
     # one worker of 1 thread: bound by its core, 1 / 5 ms
     assert predict_batch_rate(p, "classify", 1, 1) == pytest.approx(200)
+    # measured at one thread too (3 ms of model a core): two such workers on the 2 cores
+    # are bound by the machine, 2 / (3 + 1 + 0.8 ms), one by its core, 1 / 4 ms
+    at = PROFILE["batch"]["classify"] | {"model_cpu_s_at": {"1": 0.003, "2": 0.004}}
+    one_thread = profile_from_dict({**PROFILE, "batch": {"classify": at}})
+    assert predict_batch_rate(one_thread, "classify", 2, 1) == pytest.approx(2 / 0.0048)
+    assert predict_batch_rate(one_thread, "classify", 1, 1) == pytest.approx(250)
+    assert predict_batch_rate(one_thread, "classify", 1, 2) == pytest.approx(2 / 0.0058)
+    assert profile_from_dict(profile_to_dict(one_thread)) == one_thread  # kept through JSON
     # one client: its own latency bounds it, 1000 / 20 ms = 50 requests/s, p99 as alone
     one = predict_closed_loop(p, "classify", 1)
     assert one["requests_per_s"] == pytest.approx(50)

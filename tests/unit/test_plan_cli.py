@@ -107,12 +107,18 @@ def test_benchmark_reports_become_profile_figures() -> None:
     # bench/throughput.py's report over 1,000 items on 2 threads, bf16 at 400 items/s
     throughput = {"items": 1000, "threads": 2, "bare": {"fp32": {"items_per_s": 160.0},
                   "bf16": {"items_per_s": 400.0}},
-                  "fleets": [{"items_per_s": 380.0, "outside_model_seconds": 0.5},
+                  "fleets": [{"items_per_s": 380.0, "outside_model_seconds": 0.5,
+                              "stage_seconds": {"pre": 0.2, "model": 3.0, "post": 0.1}},
                              {"items_per_s": 410.0, "outside_model_seconds": -9.0, "workers": 2,
+                              "stage_seconds": {"model": 4.0},
                               "settings": {"LANEWAY_TORCH_THREADS": "1"}}]}  # fmt: skip
     tiers = {"worker": 6.0, "bench": 9.0, "postgres": 0.5, "redis": 0.1}
     cost, measured = batch_figures(throughput, tiers, {"bytes": 2e6, "rows": 2000}, "bf16")
-    assert cost.model_cpu_s == pytest.approx(0.005)
+    # The model as the fleet's workers paid it: 2 threads x 3.0 s over 1,000 items, and
+    # at one thread (the two-worker fleet's chunks' model stages, 4.0 s in all).
+    assert cost.model_cpu_s == pytest.approx(0.006)
+    assert cost.model_at(2) == pytest.approx(0.006) and cost.model_at(1) == pytest.approx(0.004)
+    assert cost.model_at(8) == pytest.approx(0.006)  # not measured: the profile's own
     assert cost.worker_cpu_s == pytest.approx(0.001)
     assert cost.postgres_cpu_s == pytest.approx(0.0005)
     assert cost.postgres_bytes == 2000 and cost.postgres_rows == 2
@@ -121,6 +127,11 @@ def test_benchmark_reports_become_profile_figures() -> None:
         {"workers": 1, "threads": 2, "items_per_s": 380.0},
         {"workers": 2, "threads": 1, "items_per_s": 410.0},
     ]
+    # A report without stage seconds (an older bench): the bare model's 2 threads / 400 items/s.
+    for run in throughput["fleets"]:
+        del run["stage_seconds"]
+    bare, _ = batch_figures(throughput, tiers, {"bytes": 2e6, "rows": 2000}, "bf16")
+    assert bare.model_cpu_s == pytest.approx(0.005) and bare.model_cpu_s_at == {}
 
     def level(clients: int, batch: float, worker: float, p50: float, p99: float, rps: float):
         cpu = {"web": 1.5, "interactive worker": worker, "redis (shared)": 0.3, "bench client": 1}
