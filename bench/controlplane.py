@@ -216,6 +216,10 @@ class Profile:
                 out = self.folder / f"{task}-{name}-{pid}.txt"
                 argv = [spy, "record", "--pid", str(pid), "--subprocesses", "--rate", "47",
                         "--format", "raw", "--output", str(out), "--nonblocking"]  # fmt: skip
+                if name == "web":
+                    # Pure Python whose threads mostly wait (Redis, sockets): only samples
+                    # holding the GIL, its CPU. The workers' torch releases the GIL.
+                    argv.append("--gil")
                 self.spies.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL))  # fmt: skip
 
