@@ -5,9 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from core.config.startup import freeze_startup_objects
+from db.session import session_factory
 
 
-def post_worker_init(worker: Any) -> None:  # noqa: ARG001 - gunicorn's signature
-    """Once a worker has built the app: its start-up objects leave the collector's walks
-    (core/config/startup.py)."""
+def post_worker_init(worker: Any) -> None:
+    """Once a worker has built the app: its database engine is made (the driver imported)
+    before the first request, rather than by the first requests while the others wait on
+    the import (a new web process under load spent its first seconds there); then its
+    start-up objects leave the collector's walks (core/config/startup.py)."""
+    config = getattr(getattr(worker, "wsgi", None), "config", None) or {}
+    if "LANEWAY_SETTINGS" in config:
+        session_factory(config["LANEWAY_SETTINGS"])
     freeze_startup_objects()

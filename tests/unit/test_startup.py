@@ -53,3 +53,22 @@ def test_each_web_worker_freezes_once_it_has_built_the_app(unfrozen):
     assert list(inspect.signature(gunicorn_hooks.post_worker_init).parameters) == ["worker"]
     gunicorn_hooks.post_worker_init(object())
     assert gc.get_freeze_count() > 1000
+
+
+def test_each_web_worker_makes_its_database_engine_before_its_first_request(unfrozen):
+    from types import SimpleNamespace
+    from uuid import uuid4
+
+    from db.session import _factory, session_factory
+
+    # No connection is made: the engine and its driver only.
+    url = f"postgresql+psycopg://postgres@127.0.0.1/laneway_hook_{uuid4().hex[:8]}"
+    settings = Settings.from_env({"LANEWAY_DATABASE_URL": url})
+    worker = SimpleNamespace(wsgi=SimpleNamespace(config={"LANEWAY_SETTINGS": settings}))
+    before = _factory.cache_info()
+    gunicorn_hooks.post_worker_init(worker)
+    made = _factory.cache_info()
+    assert made.misses == before.misses + 1
+    session_factory(settings)  # the first request's look-up finds it made
+    assert _factory.cache_info().misses == made.misses
+    assert _factory.cache_info().hits == made.hits + 1
