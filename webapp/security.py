@@ -10,8 +10,10 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from flask import Flask, Response, abort, current_app, g, request
+from flask.sessions import SecureCookieSessionInterface
 from flask_limiter import ApplicationLimit, Limiter
 from flask_wtf.csrf import CSRFProtect
 
@@ -73,6 +75,23 @@ def _read_key(path: Path) -> str:
     return key
 
 
+# Where the bearer blueprints' routes live, and only theirs (a test holds the URL map to it).
+BEARER_PATHS = "/v1/"
+
+
+class PagesOnlySessions(SecureCookieSessionInterface):
+    """Flask's signed-cookie session for the web pages alone. The bearer APIs never read or
+    write it (webapp/auth.py): their requests skip opening it (a signer built and the
+    cookie read on every request, a share of the interactive path's CPU) and saving it, so
+    an API call carrying a browser's cookie never refreshes it either. Flask opens the
+    session before it matches the URL to a blueprint: the path tells them apart."""
+
+    def open_session(self, app: Flask, request: Any) -> Any:  # noqa: ANN401 - Flask's types
+        if request.path.startswith(BEARER_PATHS):
+            return self.make_null_session(app)
+        return super().open_session(app, request)
+
+
 def limiter_storage_url(redis_url: str) -> str:
     """The rate limiter's storage: `limits`' Redis storage in one round trip per request
     (webapp/ratelimit_storage.py); `limits` spells a unix-socket Redis `redis+unix://`."""
@@ -100,6 +119,7 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
         # A login form's token lives as long as its session, not one hour.
         WTF_CSRF_TIME_LIMIT=None,
     )
+    app.session_interface = PagesOnlySessions()
     # Order matters: the caller must be known before the limiter picks their bucket.
     app.before_request(identify)
     # after_request hooks run in reverse order: this one sees the limiter's headers.

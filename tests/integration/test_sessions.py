@@ -127,3 +127,31 @@ def test_redis_unreachable_is_signed_out_not_a_crash(make_app, account_factory):
     down = make_app(anonymous_rate_limit="100000/minute", redis_url="redis://127.0.0.1:1/0")
     assert not _signed_in(_replay(down, cookie))
     assert _login(down.test_client(), key).status_code == 503
+
+
+def test_an_api_call_neither_reads_nor_refreshes_the_pages_cookie(app, account_factory):
+    """The bearer APIs skip the session: a browser's cookie sent along with an API call is
+    not opened (no account from it) and the answer sets no cookie, while a page refreshes it."""
+    _, key = account_factory()
+    browser = app.test_client()
+    assert _login(browser, key).status_code == 303
+    page = browser.get("/", base_url=BASE)
+    assert page.status_code == 200 and "laneway_session" in page.headers.get("Set-Cookie", "")
+    for headers in ({}, auth(key)):
+        api = browser.get("/v1/jobs", base_url=BASE, headers=headers)
+        assert api.status_code == (200 if headers else 401), api.json
+        assert "Set-Cookie" not in api.headers
+    assert _signed_in(browser)  # the pages' sign-in stands
+
+
+def test_the_bearer_blueprints_and_only_they_live_under_the_api_path(app):
+    """PagesOnlySessions tells API calls by their path: every route under it is a bearer
+    blueprint's, and every bearer blueprint's route is under it."""
+    from webapp.auth import BEARER_BLUEPRINTS
+    from webapp.security import BEARER_PATHS
+
+    rules = list(app.url_map.iter_rules())
+    assert rules
+    for rule in rules:
+        blueprint = rule.endpoint.rpartition(".")[0]
+        assert rule.rule.startswith(BEARER_PATHS) == (blueprint in BEARER_BLUEPRINTS), rule
