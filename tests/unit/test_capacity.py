@@ -210,6 +210,11 @@ def test_profile_round_trip_and_versions() -> None:
         profile_from_dict({k: v for k, v in data.items() if k != "batch"})
     with pytest.raises(PlanError, match="not a JSON object"):
         profile_from_dict([])
+    # A hand-edited cost per thread count that is not one: the same one-line refusal.
+    for damaged in ({"two": 0.004}, [0.004], {"1": "fast"}):
+        batch = {"classify": PROFILE["batch"]["classify"] | {"model_cpu_s_at": damaged}}
+        with pytest.raises(PlanError, match="incomplete"):
+            profile_from_dict({**data, "batch": batch})
 
 
 def test_predictions_for_the_measured_machine() -> None:
