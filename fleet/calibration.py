@@ -231,7 +231,7 @@ def batch_figures(
         # model's time as the fleet's workers spent it (the bare model, which batches the
         # whole sample by length, only where the report has no stage seconds)
         model_cpu_s=model_at.get(threads_of(fleet)) or threads / bare["items_per_s"],
-        worker_cpu_s=threads * fleet["outside_model_seconds"] / items,
+        worker_cpu_s=max(0.0, threads * fleet["outside_model_seconds"] / items),
         web_cpu_s=0.0,  # the benchmark submits through the service layer, not the web app
         postgres_cpu_s=tiers["postgres"] / items,
         redis_cpu_s=tiers["redis"] / items,

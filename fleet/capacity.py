@@ -55,6 +55,14 @@ class BatchCost:
     def __post_init__(self) -> None:
         at = {int(k): float(v) for k, v in self.model_cpu_s_at.items()}  # JSON keys are text
         object.__setattr__(self, "model_cpu_s_at", at)
+        # A hand-edited profile is refused (ValueError: the loader's one line), never divided
+        # by: the model's costs are positive, the others finite and not negative.
+        models = [self.model_cpu_s, *at.values()]
+        others = [v for k, v in self.__dict__.items() if k not in ("model_cpu_s", "model_cpu_s_at")]
+        if not all(math.isfinite(v) and v > 0 for v in models) or min(at, default=1) < 1:
+            raise ValueError("a model cost that is not a positive number of seconds")
+        if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in others):
+            raise ValueError("a cost that is not a finite, non-negative number")
 
     def model_at(self, threads: int) -> float:
         """The model stage's core-seconds per item at `threads` torch threads: as measured

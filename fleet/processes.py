@@ -197,11 +197,11 @@ def add_gpu_workers(fleet: Fleet, settings: Settings, devices: Sequence[str], po
 def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
     """The cpu workers and the interactive worker (always up) and a gpu worker per device
     (started on demand)."""
+    env = cpu_worker_env(settings, settings.cpu_workers)
     for n in range(settings.cpu_workers):
         name = "cpu" if n == 0 else f"cpu{n + 1}"
         argv = worker_argv("cpu", settings, name=name)
-        env = cpu_worker_env(settings, settings.cpu_workers)
-        fleet.add(f"worker-{name}", argv, env, ALWAYS, node(name))
+        fleet.add(f"worker-{name}", argv, dict(env), ALWAYS, node(name))
     # Interactive workers: always up, so a first request never waits for a start.
     for lane in interactive_lanes(settings):
         name, argv, env = interactive_worker(settings, lane)

@@ -211,8 +211,14 @@ def test_profile_round_trip_and_versions() -> None:
     with pytest.raises(PlanError, match="not a JSON object"):
         profile_from_dict([])
     # A hand-edited cost per thread count that is not one: the same one-line refusal.
-    for damaged in ({"two": 0.004}, [0.004], {"1": "fast"}):
+    for damaged in ({"two": 0.004}, [0.004], {"1": "fast"}, {"1": 0}, {"1": -0.004},
+                    {"1": float("nan")}, {"0": 0.004}):  # fmt: skip
         batch = {"classify": PROFILE["batch"]["classify"] | {"model_cpu_s_at": damaged}}
+        with pytest.raises(PlanError, match="incomplete"):
+            profile_from_dict({**data, "batch": batch})
+    # So is a cost that would divide by zero or predict nonsense.
+    for field_, value in (("model_cpu_s", 0.0), ("worker_cpu_s", -1.0), ("redis_cpu_s", "x")):
+        batch = {"classify": PROFILE["batch"]["classify"] | {field_: value}}
         with pytest.raises(PlanError, match="incomplete"):
             profile_from_dict({**data, "batch": batch})
 
