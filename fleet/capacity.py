@@ -1,13 +1,11 @@
 """The capacity plan's arithmetic, pure: from a profile measured on the user's machine
-(`laneway calibrate`) and a target load, how many processes of each kind, how many cores
-and devices, what Postgres and Redis need, and what it costs (`laneway plan`).
-
-Every figure of a profile is a cost per item or per request in CPU seconds (robust to a
-shared or differently sized machine, unlike wall time), so a tier's cores are its rate
-times its cost, and a tier's processes are those cores over one process's, at a
-utilization of at most HEADROOM. The interactive path's p99 comes from an M/M/c queue
-(Erlang C, fleet/mmc.py) over the interactive workers' cores, on top of the p99 measured
-with one client. docs/operations.md ("Capacity planning") states each rule."""
+(`laneway calibrate`) and a target load, the processes, cores and devices, what Postgres and
+Redis need, and the cost (`laneway plan`). A profile's figures are CPU seconds per item or
+per request (robust to a shared or differently sized machine, unlike wall time): a tier's
+cores are its rate times its cost, its processes those cores over one process's at most
+HEADROOM busy; the interactive p99 is an M/M/c queue (Erlang C, fleet/mmc.py) over the
+interactive workers' cores on top of the p99 with one client. docs/operations.md ("Capacity
+planning") states each rule."""
 
 from __future__ import annotations
 
@@ -48,25 +46,21 @@ class BatchCost:
     redis_cpu_s: float
     postgres_bytes: float  # on disk, indexes included
     postgres_rows: float
-    # The model stage's core-seconds per item at each torch thread count measured: torch's
-    # threads do not scale evenly (two one-thread workers outran one two-thread worker).
+    # The model's core-seconds per item by torch threads measured (they scale unevenly).
     model_cpu_s_at: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        at = {int(k): float(v) for k, v in self.model_cpu_s_at.items()}  # JSON keys are text
+        # JSON keys are text; a hand-edited cost is refused (ValueError: the loader's line).
+        at = {int(k): float(v) for k, v in self.model_cpu_s_at.items()}
         object.__setattr__(self, "model_cpu_s_at", at)
-        # A hand-edited profile is refused (ValueError: the loader's one line), never divided
-        # by: the model's costs are positive, the others finite and not negative.
-        models = [self.model_cpu_s, *at.values()]
-        others = [v for k, v in self.__dict__.items() if k not in ("model_cpu_s", "model_cpu_s_at")]
-        if not all(math.isfinite(v) and v > 0 for v in models) or min(at, default=1) < 1:
-            raise ValueError("a model cost that is not a positive number of seconds")
-        if not all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in others):
-            raise ValueError("a cost that is not a finite, non-negative number")
+        rest = [v for k, v in self.__dict__.items() if not k.startswith("model_cpu_s")]
+        models_ok = all(math.isfinite(v) and v > 0 for v in (self.model_cpu_s, *at.values()))
+        rest_ok = all(isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in rest)
+        if not (models_ok and rest_ok and min(at, default=1) >= 1):
+            raise ValueError("a cost that is not a number of seconds (the model's above 0)")
 
     def model_at(self, threads: int) -> float:
-        """The model stage's core-seconds per item at `threads` torch threads: as measured
-        at that count, else at the profile's own."""
+        """The model's core-seconds per item at `threads`, else at the profile's threads."""
         return self.model_cpu_s_at.get(threads, self.model_cpu_s)
 
 
@@ -161,9 +155,6 @@ def profile_from_dict(data: Any) -> Profile:
 
 def profile_to_dict(profile: Profile) -> dict[str, Any]:
     return asdict(profile)
-
-
-# --- queueing --------------------------------------------------------------------------
 
 
 # --- the target and the plan -----------------------------------------------------------
