@@ -22,7 +22,10 @@ makes and deletes it). The interactive path stays on Redis whatever the batch br
 
 1. Batch: on each broker, for each task, one --items job through `POST /v1/jobs` (JSON),
    polled until its final status: items/s from the POST to the final status, every
-   item's one result checked, and each tier's CPU per 1,000 items.
+   item's one result checked, and each tier's CPU per 1,000 items. Before it, a --warmup
+   job of the same task, not measured: a fleet sizes a job's chunks from the speed its
+   lane measured on that task's earlier chunks (jobs/planner.chunk_size_for), as a fleet
+   that has served the task before does; `chunk_size` says what the measured job got.
 2. Interactive, on the first broker's fleet: one-text `POST /v1/embed` requests from each
    --clients level for --seconds, each client on its own keep-alive connection:
    requests/s, p50/p99, and each tier's CPU per request.
@@ -468,6 +471,7 @@ def run_job(
     with session_scope(get_settings()) as session:
         query = select(func.count(), func.count(Result.error)).where(Result.job_id == job_id)
         results, errors = session.execute(query).one()
+        chunk_size = session.scalar(select(Job.chunk_size).where(Job.id == job_id))
     stages = row.get("stage_seconds") or {}
     spent["worker_outside_model"] = spent["cpu_workers"] - float(stages.get("model") or 0.0)
     return {
@@ -478,6 +482,7 @@ def run_job(
         "result_errors": errors,
         "seconds": round(elapsed, 2),
         "items_per_s": round(len(texts) / elapsed, 1),
+        "chunk_size": chunk_size,
         "stage_seconds": stages,
         "cpu_ms_per_1000_items": per_thousand(spent, len(texts)),
         **({"profile": profiled} if profiled else {}),
@@ -609,6 +614,8 @@ def broker_run(
         meter = Meter(tiers, ADMIN_PG, database)
         run: dict = {"load_average_start": [round(x, 2) for x in os.getloadavg()], "batch": {}}
         for task in tasks:
+            if args.warmup:
+                run_job(fleet, meter, key, task, texts[: args.warmup], None)
             done = run_job(fleet, meter, key, task, texts, profile)
             done["cpu_ms_per_1000_items"]["tokenization"] = tokenization_ms
             run["batch"][task] = done
@@ -638,6 +645,7 @@ def summary(report: dict) -> str:
             lines.append(
                 f"  {task}: {job['items']:,} items {job['status']}, {job['results']:,} results"
                 f" ({job['result_errors']} errors), {job['items_per_s']:,} items/s"
+                f" in chunks of {job.get('chunk_size')}"
             )
             cpu = ", ".join(
                 f"{TIER_LABELS.get(tier, tier)} {ms:,}"
@@ -655,6 +663,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tasks", default="embed,classify", help="batch jobs to run ('' none)")
     parser.add_argument("--clients", default="1,8,64", help="interactive levels ('' none)")
     parser.add_argument("--seconds", type=float, default=10.0, help="per interactive level")
+    parser.add_argument(
+        "--warmup", type=int, default=2000, metavar="N",
+        help="items of the unmeasured job of each task before its measured one (0: none)",
+    )  # fmt: skip
     parser.add_argument("--workers", type=int, default=1, help="`laneway worker cpu` processes")
     parser.add_argument(
         "--brokers", default=None, metavar="LIST",
@@ -670,8 +682,10 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the logs' folder")
     args = parser.parse_args(argv)
-    if args.items < 1 or args.workers < 1 or args.seconds <= 0:
-        parser.error("--items and --workers take at least 1, --seconds more than 0")
+    if args.items < 1 or args.workers < 1 or args.seconds <= 0 or args.warmup < 0:
+        parser.error(
+            "--items and --workers take at least 1, --seconds more than 0, --warmup 0 or more"
+        )
     tasks = [t for t in args.tasks.split(",") if t]
     levels = [int(c) for c in args.clients.split(",") if c]
     settings = Settings.from_env()

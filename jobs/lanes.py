@@ -20,7 +20,7 @@ from core.config.settings import Settings, get_settings
 from core.store.redis_conn import redis_client
 from db import common
 from db.common import UNSETTLED_CHUNK_STATES, utcnow
-from db.models import Chunk, Worker
+from db.models import Chunk, Job, Worker
 from db.session import session_scope
 from jobs.planner import LaneStats, LiveLanes
 
@@ -75,6 +75,43 @@ def lane_totals(settings: Settings) -> dict[str, dict[str, Any]]:
         if device == "cuda":
             lane["device"] = "cuda"
     return lanes
+
+
+# How many of a lane's latest chunks its measured speed reads (jobs/planner.chunk_size_for).
+RECENT_CHUNKS = 64
+
+
+def worker_speed(session: Session, lane: str, tasks: list[str]) -> float | None:
+    """Items per second one worker of `lane` computed on its latest finished range chunks
+    of jobs with these `tasks` (at most RECENT_CHUNKS, within the day): the gpu lane's model
+    stage alone (its worker holds a chunk for that stage only), the cpu lane's three
+    stages. None under MIN_MEASURED_ITEMS items. Read on the caller's transaction; the
+    latest chunks by id come off the primary key's index."""
+    stages = (
+        func.coalesce(Chunk.model_seconds, 0.0)
+        if lane == "gpu"
+        else func.coalesce(Chunk.pre_seconds, 0.0)
+        + func.coalesce(Chunk.model_seconds, 0.0)
+        + func.coalesce(Chunk.post_seconds, 0.0)
+    )
+    rows = session.execute(
+        select(Chunk.stop - Chunk.start, stages, Job.tasks)
+        .join(Job, Job.id == Chunk.job_id)
+        .where(
+            Chunk.queue == lane,
+            Chunk.state == "done",
+            Chunk.positions.is_(None),
+            Chunk.finished_at >= utcnow() - STATS_WINDOW,
+        )
+        .order_by(Chunk.id.desc())
+        .limit(RECENT_CHUNKS)
+    ).all()
+    # A chunk the result cache answered whole ran no stage: it says nothing of the speed.
+    mine = [(n, s) for n, s, t in rows if list(t) == list(tasks) and s and s > 0]
+    items = sum(n for n, _ in mine)
+    if items < MIN_MEASURED_ITEMS:
+        return None
+    return items / sum(s for _, s in mine)
 
 
 def recent_cold_starts(settings: Settings) -> list[float]:

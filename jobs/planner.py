@@ -10,6 +10,7 @@ have been measured, LANEWAY_GPU_THRESHOLD decides.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -169,6 +170,37 @@ def route(
         lane = min(("cpu", "gpu"), key=lambda x: est[x]["seconds"])
         why = f"neither lane meets the {deadline} s deadline: the faster one"
     return Routing(lane, "measured", why, inputs, est)
+
+
+def chunk_size_for(
+    n_items: int,
+    *,
+    floor: int,
+    ceiling: int,
+    target_seconds: float,
+    items_per_second: float | None,
+    workers: int,
+) -> int:
+    """Items per chunk for a job of `n_items` on a lane whose worker computes
+    `items_per_second` (None: not measured yet).
+
+    Each chunk costs the same fixed work around the model (its claim, finish and settling
+    transactions, the refill of its slot, its messages): on a fast lane a chunk of `floor`
+    items is over in milliseconds and that fixed work outweighs it. So a chunk holds about
+    `target_seconds` of a worker's compute, as measured, within [floor, ceiling] items,
+    and never so many that the job has fewer than two chunks per worker of its lane (each
+    would otherwise idle while another ran the whole job). A slot then holds a worker for
+    about `target_seconds` whatever the lane's speed, which is what fair share's turns and
+    a cancel's wait are made of. Unmeasured, or `target_seconds` 0: `floor`.
+    """
+    if not items_per_second or items_per_second <= 0 or target_seconds <= 0:
+        return floor
+    size = min(
+        math.ceil(items_per_second * target_seconds),
+        ceiling,
+        math.ceil(n_items / (2 * max(1, workers))),
+    )
+    return max(floor, size)
 
 
 def plan_chunks(n_items: int, chunk_size: int) -> list[tuple[int, int]]:

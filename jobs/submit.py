@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -17,9 +18,9 @@ from db.models import Account, Job
 from db.session import session_factory
 from jobs import fairshare
 from jobs.inputs import InputError, ItemStream, item_stream
-from jobs.lanes import live_lanes, read_lane_stats
+from jobs.lanes import live_lanes, read_lane_stats, worker_speed
 from jobs.lifecycle import admit
-from jobs.planner import Prices, Routing, plan_chunks, route
+from jobs.planner import Prices, Routing, chunk_size_for, plan_chunks, route
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,30 @@ def choose_routing(
     )
 
 
+def choose_chunk_size(
+    settings: Settings, session: Session, routing: Routing, tasks: Sequence[str], n_items: int
+) -> dict[str, Any]:
+    """Items per chunk for a job on its lane (jobs.planner.chunk_size_for), with what it
+    was chosen from (kept in the job's routing record); read on the caller's transaction."""
+    live = routing.inputs["live"]
+    workers = (
+        max(live["gpu_workers_up"], live["gpu_devices"] or 0)
+        if routing.lane == "gpu"
+        else live["cpu_workers"]
+    )
+    speed = worker_speed(session, routing.lane, list(tasks)) if settings.chunk_seconds > 0 else None
+    size = chunk_size_for(
+        n_items,
+        floor=settings.chunk_size,
+        ceiling=settings.max_chunk_size,
+        target_seconds=settings.chunk_seconds,
+        items_per_second=speed,
+        workers=workers,
+    )
+    speed = round(speed, 3) if speed else None
+    return {"size": size, "worker_items_per_second": speed, "workers": workers}
+
+
 def store_job(
     session: Session,
     account: Account,
@@ -116,6 +141,7 @@ def store_job(
     # On this transaction's connection: one per job stored, whatever the burst.
     routing = choose_routing(settings, account.type, staged.count, session)
     admit(session, settings, routing.lane, staged.count)
+    chunking = choose_chunk_size(settings, session, routing, tasks, staged.count)
     try:
         job = create_job(
             session,
@@ -124,11 +150,11 @@ def store_job(
             labels=labels,
             items=staged,
             lane=routing.lane,
-            chunks=plan_chunks(staged.count, settings.chunk_size),
-            chunk_size=settings.chunk_size,
+            chunks=plan_chunks(staged.count, chunking["size"]),
+            chunk_size=chunking["size"],
             source=source,
             held=True,
-            routing=routing.as_dict(),
+            routing={**routing.as_dict(), "chunking": chunking},
         )
     except DuplicateItem as dup:
         raise InputError(

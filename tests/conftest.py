@@ -101,6 +101,9 @@ def pytest_configure(config: pytest.Config) -> None:
         LANEWAY_REDIS_URL=redis_url,
         LANEWAY_HOME=home,
         LANEWAY_CHUNK_SIZE="16",
+        # Every chunk 16 items: sizing from measured speed (tests/unit/test_planner.py,
+        # tests/integration/test_chunk_sizing.py) must not change later tests' chunks.
+        LANEWAY_CHUNK_SECONDS="0",
         LANEWAY_GPU_THRESHOLD="40",
         # Lanes by the threshold: what earlier tests measured must not move later tests'
         # jobs to the other lane (routing by measured costs is tested on its own).

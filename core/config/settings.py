@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     # The result backend, caches and the interactive path stay on Redis either way.
     broker_url: Annotated[str, parse.parsed(parse.broker_url("LANEWAY_BROKER_URL"))] = ""
     chunk_size: Count = 256
+    # Chunks sized from the lane's measured speed (jobs/planner.chunk_size_for): about
+    # chunk_seconds of a worker's compute each, at least chunk_size, at most max_chunk_size
+    # items; 0: every chunk chunk_size items.
+    chunk_seconds: Seconds = 1.0
+    max_chunk_size: Count = 2048
     gpu_threshold: Natural = 500
     # "measured": route by the lanes' measured costs once both are measured (the threshold
     # until then); "threshold": always LANEWAY_GPU_THRESHOLD (a fleet whose lanes must not

@@ -1,6 +1,6 @@
 import pytest
 
-from jobs.planner import choose_lane, plan_chunks
+from jobs.planner import choose_lane, chunk_size_for, plan_chunks
 
 
 @pytest.mark.parametrize("account_type", ["demo", "trial"])
@@ -35,6 +35,46 @@ def test_chunks_cover_every_item_once(n, size):
 def test_chunk_size_must_be_positive():
     with pytest.raises(ValueError):
         plan_chunks(10, 0)
+
+
+def sized(n=100_000, *, speed, seconds=1.0, workers=1, floor=256, ceiling=2048) -> int:
+    return chunk_size_for(
+        n,
+        floor=floor,
+        ceiling=ceiling,
+        target_seconds=seconds,
+        items_per_second=speed,
+        workers=workers,
+    )
+
+
+def test_a_chunk_holds_about_the_target_seconds_of_a_measured_worker():
+    assert sized(speed=700.0) == 700  # 1 s at 700 items/s
+    assert sized(speed=700.2, seconds=2.0) == 1401  # rounded up: never under the target
+    assert sized(speed=400.0, seconds=0.5) == 256  # 200 would be under the floor
+
+
+def test_unmeasured_or_switched_off_chunks_keep_the_floor():
+    assert sized(speed=None) == 256
+    assert sized(speed=0.0) == 256
+    assert sized(speed=-5.0) == 256  # a nonsense measurement changes nothing
+    assert sized(speed=5000.0, seconds=0.0) == 256  # LANEWAY_CHUNK_SECONDS=0
+
+
+def test_a_fast_lane_is_held_to_the_ceiling():
+    assert sized(speed=30_000.0) == 2048
+    assert sized(speed=30_000.0, ceiling=8192) == 8192
+    # A floor above the ceiling (an operator's LANEWAY_CHUNK_SIZE) wins: chunks never shrink.
+    assert sized(speed=30_000.0, floor=4096, ceiling=2048) == 4096
+
+
+def test_a_job_keeps_two_chunks_per_worker_of_its_lane():
+    # 5,000 items on two workers: four chunks of 1,250, not three of 2,048 and one idle.
+    assert sized(5_000, speed=30_000.0, workers=2) == 1250
+    assert len(plan_chunks(5_000, 1250)) == 4
+    assert sized(5_000, speed=30_000.0, workers=0) == 2048  # no worker up: counted as one
+    # Never below the floor: a small job on many workers is as it was.
+    assert sized(1_000, speed=30_000.0, workers=8) == 256
 
 
 # --- routing from measured costs -------------------------------------------------------
