@@ -401,6 +401,11 @@ def test_precision_defaults_to_auto_and_reads_any_case():
         ("LANEWAY_SYNC_TIMEOUT", "inf", "must be a number"),
         ("LANEWAY_CHUNK_SIZE", "1e3", "must be an integer"),
         ("LANEWAY_CHUNK_SIZE", "12 items", "must be an integer"),
+        ("LANEWAY_CHUNK_SECONDS", "2s", "must be a number"),
+        ("LANEWAY_CHUNK_SECONDS", "-1", "must be at least 0"),
+        ("LANEWAY_CHUNK_SECONDS", "nan", "must be a number"),
+        ("LANEWAY_MAX_CHUNK_SIZE", "0", "must be at least 1"),
+        ("LANEWAY_MAX_CHUNK_SIZE", "2k", "must be an integer"),
         ("LANEWAY_AUTH_CACHE_SECONDS", "61", "at most 60"),
         ("LANEWAY_METRICS", "enabled", "true or false"),
         ("LANEWAY_ROUTING", "Cheapest", "must be one of measured, threshold"),
@@ -410,6 +415,16 @@ def test_precision_defaults_to_auto_and_reads_any_case():
 def test_a_hurried_value_is_refused_naming_the_variable(var, value, message):
     with pytest.raises(SettingsError, match=f"{var}.*{message}"):
         Settings.from_env({var: value})
+
+
+def test_chunk_sizing_settings_and_their_defaults():
+    default = Settings.from_env({})
+    assert (default.chunk_size, default.chunk_seconds, default.max_chunk_size) == (256, 1.0, 2048)
+    off = Settings.from_env({"LANEWAY_CHUNK_SECONDS": "0", "LANEWAY_MAX_CHUNK_SIZE": "8192"})
+    assert (off.chunk_seconds, off.max_chunk_size) == (0.0, 8192)
+    # A chunk size above the ceiling (a configuration older than the ceiling) still starts:
+    # the floor wins (jobs/planner.chunk_size_for).
+    assert Settings.from_env({"LANEWAY_CHUNK_SIZE": "4096"}).chunk_size == 4096
 
 
 def test_blank_values_mean_the_default_and_choices_ignore_case():
