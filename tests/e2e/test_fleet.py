@@ -6,6 +6,7 @@ import csv
 import gzip
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -249,3 +250,39 @@ def test_cli_creates_an_account_and_submits_a_file_with_progress(
     assert "queued on the cpu lane" in queued.stdout and "uploading upload.csv.gz" in queued.stderr
     with session_scope(settings) as session:
         assert session.scalar(select(func.count()).where(Result.job_id == uuid.UUID(job_id))) == 20
+
+
+def test_a_fast_lane_s_chunks_grow_from_what_its_worker_measured(
+    settings, cpu_worker, account_factory
+):
+    """LANEWAY_CHUNK_SECONDS on: a job's chunks are sized from the stage seconds the real
+    worker wrote for the lane's earlier chunks of the same tasks, and a job cut into the
+    larger chunks still gets exactly one result per item."""
+    from db.models import Job
+    from jobs.submit import submit_job
+
+    account, _ = account_factory("trial")  # the cpu lane, whatever the size
+    sizing = settings.replace(chunk_seconds=1.0, max_chunk_size=400)
+    tasks = ["extract", "embed"]  # a task list no other test runs: its measurements are ours
+
+    def run(n: int, prefix: str) -> Job:
+        texts = [(f"{prefix}-{i}", f"{TEXTS[i % len(TEXTS)]} (#{i})") for i in range(n)]
+        job = submit_job(account, texts, tasks=tasks, settings=sizing)
+
+        def final() -> bool:
+            with session_scope(settings) as session:
+                return session.get(Job, job.id).status in FINAL
+
+        wait_for(final, 300, f"job {job.id} to finish", [cpu_worker])
+        assert_exactly_one_result_each(settings, str(job.id), n, prefix)
+        return job
+
+    first = run(640, "m")  # nothing measured on these tasks: LANEWAY_CHUNK_SIZE (16)
+    assert first.chunk_size == settings.chunk_size == 16
+    assert first.routing["chunking"]["worker_items_per_second"] is None
+    second = run(1600, "n")
+    chunking = second.routing["chunking"]
+    speed, workers = chunking["worker_items_per_second"], chunking["workers"]
+    assert speed > 16  # the worker ran 16 items in well under a second
+    expected = max(16, min(math.ceil(speed), 400, math.ceil(1600 / (2 * max(1, workers)))))
+    assert second.chunk_size == chunking["size"] == expected > 16
