@@ -22,7 +22,12 @@ def job_settled(session: Session, job_id: uuid.UUID) -> bool:
     return not session.scalar(select(open_chunk))
 
 
-COPY_RESULTS = "COPY results (job_id, idx, item_id, label, output, vector, error) FROM STDIN"
+COPY_RESULTS = (
+    "COPY results (job_id, idx, item_id, label, output, vector, error) FROM STDIN (FORMAT BINARY)"
+)
+# Each column's binary form, in COPY_RESULTS' order. `output` goes as its JSON text, which is
+# json's binary form too (Postgres' json_recv reads the text as json_in does).
+COPY_TYPES = ("uuid", "int4", "text", "text", "text", "bytea", "text")
 
 
 def upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, Any]]) -> None:
@@ -48,7 +53,9 @@ def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, A
     dead letter, a redelivery): then only an upsert can overwrite it.
 
     `COPY` costs the worker less than a statement per row (SQLAlchemy's and psycopg's work
-    per row and parameter); Postgres' own work is the same.
+    per row and parameter). In binary form a vector travels as its 1,536 bytes, not as 3,074
+    hex digits that the worker writes and Postgres reads back: about a third of the CPU on
+    either side for a chunk of embeddings (docs/benchmarks.md, Control plane).
     """
     import psycopg
 
@@ -56,6 +63,7 @@ def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, A
     cursor = session.connection().connection.driver_connection.cursor()
     try:
         with cursor.copy(COPY_RESULTS) as copy:
+            copy.set_types(COPY_TYPES)
             for row in rows:
                 # dumps(None): a failed item's output is JSON's null, as the ORM stores it.
                 # A row may leave out what it has not (a label, an error), as for the upsert.
