@@ -77,8 +77,12 @@ def lane_totals(settings: Settings) -> dict[str, dict[str, Any]]:
     return lanes
 
 
-# How many of a lane's latest chunks its measured speed reads (jobs/planner.chunk_size_for).
+# How many of a lane's latest chunks its measured speed reads (jobs/planner.chunk_size_for),
+# among how many of the newest chunks of every lane: a submission's look costs at most that
+# many index entries however large the table (a lane idle for days has none among them and
+# is unmeasured, its jobs cut at LANEWAY_CHUNK_SIZE).
 RECENT_CHUNKS = 64
+SCANNED_CHUNKS = 20_000
 
 
 def worker_speed(session: Session, lane: str, tasks: list[str]) -> float | None:
@@ -86,7 +90,7 @@ def worker_speed(session: Session, lane: str, tasks: list[str]) -> float | None:
     of jobs with these `tasks` (at most RECENT_CHUNKS, within the day): the gpu lane's model
     stage alone (its worker holds a chunk for that stage only), the cpu lane's three
     stages. None under MIN_MEASURED_ITEMS items. Read on the caller's transaction; the
-    latest chunks by id come off the primary key's index."""
+    latest chunks by id come off the primary key's index, among the SCANNED_CHUNKS newest."""
     stages = (
         func.coalesce(Chunk.model_seconds, 0.0)
         if lane == "gpu"
@@ -98,6 +102,7 @@ def worker_speed(session: Session, lane: str, tasks: list[str]) -> float | None:
         select(Chunk.stop - Chunk.start, stages, Job.tasks)
         .join(Job, Job.id == Chunk.job_id)
         .where(
+            Chunk.id > select(func.max(Chunk.id)).scalar_subquery() - SCANNED_CHUNKS,
             Chunk.queue == lane,
             Chunk.state == "done",
             Chunk.positions.is_(None),

@@ -103,3 +103,18 @@ def test_a_submitted_job_is_cut_from_the_measured_speed_and_says_so(
     )
     assert fixed.chunk_size == 16
     assert fixed.routing["chunking"]["worker_items_per_second"] is None
+
+
+def test_a_lane_s_speed_is_read_among_the_newest_chunks_only(settings, migrated, monkeypatch):
+    """However large the chunks table, a submission's look is bounded: a lane whose last
+    chunks are older than the newest SCANNED_CHUNKS of every lane counts as unmeasured."""
+    import jobs.lanes
+
+    tasks = ["embed", "score"]  # a task list no other test runs
+    _, measured = stored_job(settings, ["x"] * 600, chunk_size=60, tasks=tasks)
+    finish(settings, measured, 0.1, 0.4, 0.1)
+    assert speed(settings, "cpu", tasks) == pytest.approx(100.0)
+    monkeypatch.setattr(jobs.lanes, "SCANNED_CHUNKS", 15)
+    assert speed(settings, "cpu", tasks) == pytest.approx(100.0)  # its 10 are the newest
+    stored_job(settings, ["y"] * 160, chunk_size=16, tasks=["classify"])  # 10 newer chunks
+    assert speed(settings, "cpu", tasks) is None  # 5 of its 10 in the window: 300 items
