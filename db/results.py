@@ -53,9 +53,9 @@ def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, A
     dead letter, a redelivery): then only an upsert can overwrite it.
 
     `COPY` costs the worker less than a statement per row (SQLAlchemy's and psycopg's work
-    per row and parameter). In binary form a vector travels as its 1,536 bytes, not as 3,074
-    hex digits that the worker writes and Postgres reads back: about a third of the CPU on
-    either side for a chunk of embeddings (docs/benchmarks.md, Control plane).
+    per row and parameter). In binary form a vector travels as its float32 bytes, not as
+    hex digits that the worker writes and Postgres parses back, work on both sides for
+    every row of embeddings.
     """
     import psycopg
 

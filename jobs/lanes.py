@@ -86,20 +86,18 @@ SCANNED_CHUNKS = 20_000
 
 
 def worker_speed(session: Session, lane: str, tasks: list[str]) -> float | None:
-    """Items per second one worker of `lane` computed on its latest finished range chunks
-    of jobs with these `tasks` (at most RECENT_CHUNKS, within the day): the gpu lane's model
-    stage alone (its worker holds a chunk for that stage only), the cpu lane's three
-    stages. None under MIN_MEASURED_ITEMS items. Read on the caller's transaction; the
-    latest chunks by id come off the primary key's index, among the SCANNED_CHUNKS newest."""
-    stages = (
-        func.coalesce(Chunk.model_seconds, 0.0)
-        if lane == "gpu"
-        else func.coalesce(Chunk.pre_seconds, 0.0)
-        + func.coalesce(Chunk.model_seconds, 0.0)
-        + func.coalesce(Chunk.post_seconds, 0.0)
-    )
+    """Items per second one worker of `lane` computed (`worker_rate`) on its latest finished
+    range chunks of jobs with these `tasks` (at most RECENT_CHUNKS, within the day); None
+    under MIN_MEASURED_ITEMS items. Read on the caller's transaction; the latest chunks by
+    id come off the primary key's index, among the SCANNED_CHUNKS newest."""
     rows = session.execute(
-        select(Chunk.stop - Chunk.start, stages, Job.tasks)
+        select(
+            Chunk.stop - Chunk.start,
+            func.coalesce(Chunk.pre_seconds, 0.0),
+            func.coalesce(Chunk.model_seconds, 0.0),
+            func.coalesce(Chunk.post_seconds, 0.0),
+            Job.tasks,
+        )
         .join(Job, Job.id == Chunk.job_id)
         .where(
             Chunk.id > select(func.max(Chunk.id)).scalar_subquery() - SCANNED_CHUNKS,
@@ -112,11 +110,11 @@ def worker_speed(session: Session, lane: str, tasks: list[str]) -> float | None:
         .limit(RECENT_CHUNKS)
     ).all()
     # A chunk the result cache answered whole ran no stage: it says nothing of the speed.
-    mine = [(n, s) for n, s, t in rows if list(t) == list(tasks) and s and s > 0]
-    items = sum(n for n, _ in mine)
+    mine = [r[:4] for r in rows if list(r[4]) == list(tasks) and worker_rate(lane, *r[:4])]
+    items = sum(r[0] for r in mine)
     if items < MIN_MEASURED_ITEMS:
         return None
-    return items / sum(s for _, s in mine)
+    return worker_rate(lane, items, *(sum(r[i] for r in mine) for i in (1, 2, 3)))
 
 
 def recent_cold_starts(settings: Settings) -> list[float]:
@@ -131,18 +129,27 @@ def recent_cold_starts(settings: Settings) -> list[float]:
         )
 
 
+def worker_rate(lane: str, items: float, pre: float, model: float, post: float) -> float | None:
+    """Items per second of one worker of `lane` from its chunks' stage seconds: the gpu
+    lane's model stage alone (its worker holds a chunk for that stage only), the cpu lane's
+    three stages; None when they took no time."""
+    seconds = model if lane == "gpu" else pre + model + post
+    return items / seconds if seconds > 0 else None
+
+
 def stats_from(lanes: dict[str, dict[str, Any]], cold_starts: list[float]) -> LaneStats | None:
     """The measured lanes, or None until both have run MIN_MEASURED_ITEMS items."""
     cpu, gpu = lanes.get("cpu"), lanes.get("gpu")
     if not cpu or not gpu or min(cpu["items"], gpu["items"]) < MIN_MEASURED_ITEMS:
         return None
-    cpu_seconds = cpu["pre"] + cpu["model"] + cpu["post"]
-    if cpu_seconds <= 0 or gpu["model"] <= 0:
+    cpu_rate = worker_rate("cpu", cpu["items"], cpu["pre"], cpu["model"], cpu["post"])
+    gpu_rate = worker_rate("gpu", gpu["items"], gpu["pre"], gpu["model"], gpu["post"])
+    if cpu_rate is None or gpu_rate is None:
         return None
     return LaneStats(
-        cpu_items_per_second=round(cpu["items"] / cpu_seconds, 3),
-        cpu_seconds_per_item=cpu_seconds / cpu["items"],
-        gpu_items_per_second=round(gpu["items"] / gpu["model"], 3),
+        cpu_items_per_second=round(cpu_rate, 3),
+        cpu_seconds_per_item=1 / cpu_rate,
+        gpu_items_per_second=round(gpu_rate, 3),
         gpu_model_seconds_per_item=gpu["model"] / gpu["items"],
         gpu_cpu_seconds_per_item=(gpu["pre"] + gpu["post"]) / gpu["items"],
         gpu_device=gpu["device"],

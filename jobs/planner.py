@@ -49,6 +49,15 @@ class LiveLanes:
     cpu_backlog_items: int = 0
     gpu_backlog_items: int = 0
 
+    def serving(self, lane: str) -> int:
+        """The workers a job on `lane` runs on: the cpu workers (at least one); the gpu
+        workers up, or when none is, the devices the fleet starts them on (at least one)."""
+        if lane != "gpu":
+            return max(1, self.cpu_workers)
+        if self.gpu_workers_up == 0:
+            return max(1, self.gpu_devices or 1)
+        return self.gpu_workers_up
+
 
 @dataclass(frozen=True)
 class Prices:
@@ -94,14 +103,14 @@ def estimate(
     n_items: int, stats: LaneStats, live: LiveLanes, prices: Prices
 ) -> dict[str, dict[str, float]]:
     """Expected seconds to completion and dollars for the job on each lane."""
-    cpu_workers = max(1, live.cpu_workers)
+    cpu_workers = live.serving("cpu")
     cpu_seconds = (live.cpu_backlog_items + n_items) / (stats.cpu_items_per_second * cpu_workers)
     cpu_cost = n_items * stats.cpu_seconds_per_item * prices.cpu_second
 
     devices = max(1, live.gpu_devices or 1)
     cold = live.gpu_workers_up == 0
     cold_start = (stats.cold_start_seconds or 0.0) if cold else 0.0
-    workers = devices if cold else live.gpu_workers_up
+    workers = live.serving("gpu")
     gpu_seconds = cold_start + (live.gpu_backlog_items + n_items) / (
         stats.gpu_items_per_second * workers
     )

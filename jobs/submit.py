@@ -20,7 +20,7 @@ from jobs import fairshare
 from jobs.inputs import InputError, ItemStream, item_stream
 from jobs.lanes import live_lanes, read_lane_stats, worker_speed
 from jobs.lifecycle import admit
-from jobs.planner import Prices, Routing, chunk_size_for, plan_chunks, route
+from jobs.planner import LiveLanes, Prices, Routing, chunk_size_for, plan_chunks, route
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +73,9 @@ def parse_tasks(raw_tasks: object, raw_task: object) -> list[str]:
     return list(raw_tasks)
 
 
-def choose_routing(
-    settings: Settings, account_type: str, n_items: int, session: Session
-) -> Routing:
-    """The lane for a job: from the lanes' measured costs and their state now, or from
-    LANEWAY_GPU_THRESHOLD while nothing is measured (jobs.planner.route). The workers are
-    read on `session`'s connection, the caller's transaction."""
+def choose_routing(settings: Settings, account_type: str, n_items: int, live: LiveLanes) -> Routing:
+    """The lane for a job: from the lanes' measured costs and their state now (`live`), or
+    from LANEWAY_GPU_THRESHOLD while nothing is measured (jobs.planner.route)."""
     return route(
         account_type,
         n_items,
@@ -86,23 +83,23 @@ def choose_routing(
         deadline=settings.deadline(account_type),
         stats=read_lane_stats(settings) if settings.routing == "measured" else None,
         pinned=settings.routing == "threshold",
-        live=live_lanes(settings, session),
+        live=live,
         prices=Prices.of(settings),
     )
 
 
 def choose_chunk_size(
-    settings: Settings, session: Session, routing: Routing, tasks: Sequence[str], n_items: int
+    settings: Settings,
+    session: Session,
+    lane: str,
+    live: LiveLanes,
+    tasks: Sequence[str],
+    n_items: int,
 ) -> dict[str, Any]:
-    """Items per chunk for a job on its lane (jobs.planner.chunk_size_for), with what it
-    was chosen from (kept in the job's routing record); read on the caller's transaction."""
-    live = routing.inputs["live"]
-    workers = (
-        max(live["gpu_workers_up"], live["gpu_devices"] or 0)
-        if routing.lane == "gpu"
-        else live["cpu_workers"]
-    )
-    speed = worker_speed(session, routing.lane, list(tasks)) if settings.chunk_seconds > 0 else None
+    """Items per chunk for a job on `lane` (jobs.planner.chunk_size_for), with what it was
+    chosen from (kept in the job's routing record); read on the caller's transaction."""
+    workers = live.serving(lane)
+    speed = worker_speed(session, lane, list(tasks)) if settings.chunk_seconds > 0 else None
     size = chunk_size_for(
         n_items,
         floor=settings.chunk_size,
@@ -139,9 +136,10 @@ def store_job(
     if staged.count == 0:
         raise InputError("the job has no items")
     # On this transaction's connection: one per job stored, whatever the burst.
-    routing = choose_routing(settings, account.type, staged.count, session)
+    live = live_lanes(settings, session)
+    routing = choose_routing(settings, account.type, staged.count, live)
     admit(session, settings, routing.lane, staged.count)
-    chunking = choose_chunk_size(settings, session, routing, tasks, staged.count)
+    chunking = choose_chunk_size(settings, session, routing.lane, live, tasks, staged.count)
     try:
         job = create_job(
             session,
