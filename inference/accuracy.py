@@ -5,10 +5,10 @@ small packaged sample (TOLERANCE); otherwise the worker runs in fp32 and its log
 
 The check costs two forwards over the sample besides the loads, on every worker start. Its
 verdict depends only on the model's files, the precision, the device, the software and the
-sample, so `Verdicts` keeps it in a folder (LANEWAY_HOME/precision-checks): a worker that
-starts again on the same machine with the same model files reads it instead of repeating
-the check (what a restart or a scale-up from zero waits for), and any change of those
-inputs makes another key, checked anew.
+sample, so `Verdicts` keeps it in a folder (LANEWAY_MODEL_CACHE_DIR/precision-checks): a
+worker that starts again on the same machine with the same model files reads it instead of
+repeating the check (what a restart or a scale-up from zero waits for), and any change of
+those inputs makes another key, checked anew.
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
-"""Files a worker keeps between its starts, under LANEWAY_HOME: the precision check's
-verdicts (inference/accuracy.py) and the interactive worker's ONNX exports
-(inference/lone.py). Each is named by a hash of everything it depends on, so that a
-changed model file, library or setting finds no file and the work is done again; one that
-cannot be read, or a folder that cannot be written, only means doing the work every time."""
+"""Files a worker keeps between its starts, under LANEWAY_MODEL_CACHE_DIR (default
+LANEWAY_HOME): the precision check's verdicts (inference/accuracy.py) and the interactive
+worker's ONNX exports (inference/lone.py). Each is named by a hash of everything it depends
+on, so that a changed model file, library or setting finds no file and the work is done
+again; one that cannot be read, or a folder that cannot be written, only means doing the
+work every time."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +67,13 @@ class KeptFiles:
             return None  # none kept, or unreadable: the work is done again
 
     def write(self, key: str, data: bytes) -> None:
-        """Written whole or not at all (a temporary file renamed), so that two workers
-        starting together never read half of one."""
+        """Written whole or not at all (a temporary file of a name of its own, renamed), so
+        that two workers starting together, on one host or on two sharing the folder (pods,
+        whose process ids repeat), never read half of one."""
         path = self.path(key)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = path.with_suffix(f".{uuid.uuid4().hex}.tmp")
             tmp.write_bytes(data)
             tmp.replace(path)
         except OSError as error:

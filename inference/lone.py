@@ -15,9 +15,10 @@ opens an ONNX Runtime session on `threads` threads that sleep between calls (spi
 threads would take the cores from the torch batches beside them). It checks the session
 against torch's forward on texts of several lengths before it is used; anything else (no
 onnxruntime, a GPU, bf16, a failed export or check) keeps torch's forward. An export that
-passed is kept (`Exports`, in LANEWAY_HOME/onnx-exports), keyed by the model's files and
-the exporter's versions, so that a worker starting again opens it instead of exporting;
-a kept graph is checked as a new one is, and exported again when it does not pass.
+passed is kept (`Exports`, in LANEWAY_MODEL_CACHE_DIR/onnx-exports), keyed by the model's
+files and the exporter's versions, so that a worker starting again opens it instead of
+exporting; a kept graph is checked as a new one is, and exported again when it does not
+pass.
 """
 
 from __future__ import annotations

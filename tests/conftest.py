@@ -10,6 +10,7 @@ index is claimed in db 0 so that concurrent runs on one machine never share one.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -83,6 +84,12 @@ def pytest_configure(config: pytest.Config) -> None:
     claimed here: one round trip when Redis answers. When it does not, the run goes on
     without it and the tests that need it fail in `services`, saying so.
     """
+    if "LANEWAY_MODEL_CACHE_DIR" not in os.environ:
+        # One folder for the whole run, its xdist workers included (they inherit the
+        # controller's environment): each precision check and ONNX export of a model runs
+        # once per run, not once for every worker and fleet home the tests make.
+        cache = tempfile.mkdtemp(prefix="laneway-test-models-")
+        os.environ["LANEWAY_MODEL_CACHE_DIR"] = _state["model_cache"] = cache
     if _xdist_controller(config):
         return  # it runs no test: each of its workers claims its own database and index
     db_name = f"laneway_test_{uuid.uuid4().hex[:10]}"
@@ -120,6 +127,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if "model_cache" in _state:  # the process that made it, once its workers are done
+        shutil.rmtree(str(_state["model_cache"]), ignore_errors=True)
     if "db_name" not in _state:
         return
     from tests.e2e.procs import stop_started_since

@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _models: dict[tuple[Any, ...], Any] = {}
 _pipelines: dict[tuple[Any, ...], Any] = {}
-# Where the precision check's verdicts are kept, under LANEWAY_HOME (inference/accuracy.py).
+# Where the precision check's verdicts are kept, under LANEWAY_MODEL_CACHE_DIR (default
+# LANEWAY_HOME; inference/accuracy.py).
 PRECISION_VERDICTS = "precision-checks"
-# Where the interactive worker's ONNX exports are kept, under LANEWAY_HOME (inference/lone.py).
+# Where the interactive worker's ONNX exports are kept, beside them (inference/lone.py).
 ONNX_EXPORTS = "onnx-exports"
 
 
@@ -60,7 +61,7 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
                 choice.precision,
                 settings.score_anchors,
                 name=f"model {spec.name}",
-                verdicts=Verdicts(settings.home / PRECISION_VERDICTS),
+                verdicts=Verdicts(settings.model_cache_dir / PRECISION_VERDICTS),
                 key=verdict_key,
             )
             runtime = model.runtime
@@ -68,7 +69,7 @@ def load_model(spec: ModelSpec, settings: Settings, device: str) -> Any:
                 # A lone request's text, on every core (inference/lone.py).
                 from inference.lone import Exports
 
-                exports = Exports(settings.home / ONNX_EXPORTS)
+                exports = Exports(settings.model_cache_dir / ONNX_EXPORTS)
                 lone = model.run_lone_texts(settings.lone_runtime, settings.torch_threads, exports)
                 runtime = f"{runtime}; one text alone: {lone}"
             _models[key] = model

@@ -267,6 +267,11 @@ class Settings(BaseSettings):
     # long a file must rest unchanged, its limits, and the tasks its jobs run.
     inbox_dir: Path | None = None
     outbox_dir: Path | None = None
+    # What a worker derives from a model and keeps between starts (the precision check's
+    # verdicts, the interactive worker's ONNX exports; inference/kept.py): default under
+    # LANEWAY_HOME; a folder the workers of one kind of machine share, so each check and
+    # export runs once for them all, not once per process home (a pod's emptyDir).
+    model_cache_dir: Path | None = None
     inbox_schedule: Annotated[str, parse.parsed(parse.crontab("LANEWAY_INBOX_SCHEDULE"))] = (
         "0 2 * * *"
     )
@@ -308,7 +313,8 @@ class Settings(BaseSettings):
         limits under the fleet's ceilings."""
         home = self.home.resolve()
         folders = {}
-        for attr, default in (("inbox_dir", "inbox"), ("outbox_dir", "outbox")):
+        kept = (("inbox_dir", "inbox"), ("outbox_dir", "outbox"), ("model_cache_dir", "."))
+        for attr, default in kept:
             folder = (getattr(self, attr) or home / default).resolve()
             if folder.exists() and not folder.is_dir():
                 raise SettingsError(

@@ -239,6 +239,17 @@ def test_an_inbox_that_is_a_file_is_refused(tmp_path):
         Settings.from_env({"LANEWAY_INBOX_DIR": str(tmp_path / "file")})
 
 
+def test_the_model_cache_is_the_home_unless_named_and_never_a_file(tmp_path):
+    home = tmp_path / "home"
+    assert Settings.from_env({"LANEWAY_HOME": str(home)}).model_cache_dir == home
+    shared = tmp_path / "shared" / ".." / "shared"  # resolved, as the other folders are
+    named = {"LANEWAY_HOME": str(home), "LANEWAY_MODEL_CACHE_DIR": str(shared)}
+    assert Settings.from_env(named).model_cache_dir == tmp_path / "shared"
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SettingsError, match="LANEWAY_MODEL_CACHE_DIR must be a folder"):
+        Settings.from_env({"LANEWAY_MODEL_CACHE_DIR": str(tmp_path / "file")})
+
+
 def test_interactive_settings_and_their_defaults():
     s = Settings.from_env({})
     assert (s.sync_max_items, s.sync_timeout, s.batch_max, s.batch_wait_ms) == (32, 2.0, 64, 50.0)
