@@ -4,7 +4,8 @@ jobs, status, the demo); this one holds the group and its global options.
 
 The group imports a command's module only when that command runs (`LazyGroup`): `laneway
 worker`, which every worker process starts under, then loads the process commands and not
-the database models, the HTTP client or the metrics readers of the others."""
+the database models, the HTTP client or the metrics readers of the others. A service the
+command cannot reach (Postgres, Redis) ends it in one line, whichever command it was."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import os
 
 import click
 
-from fleet.cli.common import LOG_LEVEL_ENV
+from fleet.cli.common import LOG_LEVEL_ENV, unreachable_service
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # Libraries whose INFO lines are noise at a terminal (alembic's "Context impl ...", each
@@ -62,6 +63,17 @@ class LazyGroup(click.Group):
         if name not in COMMANDS:
             return None
         return getattr(importlib.import_module(COMMANDS[name]), name)
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; a database or Redis it cannot reach ends it with one line
+        naming the service (status 1), not a traceback, whichever command met it."""
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            message = unreachable_service(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
 
 
 @click.group(cls=LazyGroup)

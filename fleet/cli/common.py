@@ -22,6 +22,19 @@ log = logging.getLogger("laneway")
 LOG_LEVEL_ENV = "LANEWAY_LOG_LEVEL"
 
 
+def unreachable_service(exc: BaseException) -> str | None:
+    """One line for a database or Redis a command could not reach (down, refusing, a
+    database that does not exist), or None for any other error. Read by the exception's
+    class, so that a command that never touched SQLAlchemy or redis-py imports neither."""
+    kinds = {(k.__module__.split(".")[0], k.__name__) for k in type(exc).__mro__}
+    if ("sqlalchemy", "OperationalError") in kinds:
+        reason = getattr(exc, "orig", None) or exc
+        return f"the database is unreachable: {' '.join(str(reason).split())}"
+    if kinds & {("redis", "ConnectionError"), ("redis", "TimeoutError")}:
+        return f"Redis is unreachable: {exc}"
+    return None
+
+
 def cli_settings() -> Settings:
     try:
         return get_settings()

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
 from db.models import Account
 from db.session import session_scope
 from fleet.cli import cli
+from tests.conftest import database_url
+from tests.e2e.procs import free_port
 
 
 def webhook_of(name: str) -> str | None:
@@ -62,3 +65,46 @@ def test_inbox_scan_reports_each_file(migrated, tmp_path, account_factory, monke
         assert f"rejected  {account.name}/b.jsonl: line 1: not valid JSON" in scanned.output
     finally:
         get_settings.cache_clear()
+
+
+def invoke_with(monkeypatch, argv: list[str], **env: str):
+    """The command run with these settings, read afresh (the process caches its own)."""
+    from core.config.settings import get_settings
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    try:
+        return CliRunner().invoke(cli, argv)
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["db", "upgrade"], ["accounts", "list"], ["accounts", "create", "someone"],
+     ["dlq", "list"], ["status"], ["calibrate", "--profile", "unused.json"]],
+)  # fmt: skip
+def test_a_database_it_cannot_reach_is_one_line_whatever_the_command(services, monkeypatch, argv):
+    """A hurried operator's typo in the database name, or Postgres not started: every
+    command that reads the database says so in one line, status 1, with no traceback."""
+    missing = f"laneway_none_{uuid.uuid4().hex[:8]}"
+    done = invoke_with(monkeypatch, argv, LANEWAY_DATABASE_URL=database_url(missing))
+    assert done.exit_code == 1, done.output
+    line = done.output.strip()
+    assert line.startswith("Error: the database is unreachable:") and missing in line
+    assert "\n" not in line and "Traceback" not in line
+
+    refused = database_url(missing).replace(":5432/", f":{free_port()}/")
+    done = invoke_with(monkeypatch, argv, LANEWAY_DATABASE_URL=refused)
+    assert done.exit_code == 1 and "Connection refused" in done.output, done.output
+    assert "\n" not in done.output.strip()
+
+
+def test_a_redis_it_cannot_reach_is_one_line(migrated, monkeypatch):
+    url = f"redis://127.0.0.1:{free_port()}/1"
+    done = invoke_with(monkeypatch, ["status"], LANEWAY_REDIS_URL=url)
+    assert done.exit_code == 1, done.output
+    assert done.output.startswith("Error: Redis is unreachable:"), done.output
+    assert "\n" not in done.output.strip()
