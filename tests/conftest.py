@@ -127,7 +127,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if "model_cache" in _state:  # the process that made it, once its workers are done
+    # Only the folder this process made with mkdtemp (never one the environment named),
+    # once its xdist workers are done.
+    if "model_cache" in _state:
         shutil.rmtree(str(_state["model_cache"]), ignore_errors=True)
     if "db_name" not in _state:
         return

@@ -313,8 +313,9 @@ class Settings(BaseSettings):
         limits under the fleet's ceilings."""
         home = self.home.resolve()
         folders = {}
-        kept = (("inbox_dir", "inbox"), ("outbox_dir", "outbox"), ("model_cache_dir", "."))
-        for attr, default in kept:
+        # Each folder setting and its default under LANEWAY_HOME ("." is the home itself).
+        defaults = (("inbox_dir", "inbox"), ("outbox_dir", "outbox"), ("model_cache_dir", "."))
+        for attr, default in defaults:
             folder = (getattr(self, attr) or home / default).resolve()
             if folder.exists() and not folder.is_dir():
                 raise SettingsError(
