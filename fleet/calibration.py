@@ -161,12 +161,15 @@ def window(
 
 
 def redis_cpu_reader(url: str) -> Callable[[], float] | None:
-    """Redis's own CPU seconds (INFO cpu), where LANEWAY_REDIS_URL names a server."""
+    """Redis's own CPU seconds (INFO cpu), where LANEWAY_REDIS_URL names a server (over
+    TCP, TLS or a unix socket, kombu's `redis+socket://` spelling included)."""
     if not url.startswith("redis"):
         return None
     import redis
 
-    client = redis.Redis.from_url(url)
+    from core.store.redis_conn import client_url
+
+    client = redis.Redis.from_url(client_url(url))
 
     def read() -> float:
         info = client.info("cpu")

@@ -39,6 +39,49 @@ def _batch_target(values: tuple[str, ...]) -> dict[tuple[str, str], float]:
     return out
 
 
+MAX_CLIENTS = 1024  # the benchmark's clients are threads of one process on this machine
+EMBEDDED_REFUSED = (
+    "laneway calibrate measures the Postgres and Redis a fleet runs on: set "
+    "LANEWAY_DATABASE_URL (postgresql://...) and LANEWAY_REDIS_URL (redis://...). The "
+    "embedded default (SQLite and a Redis under LANEWAY_HOME) is for trying Laneway; "
+    "a fleet sized from it would be sized for neither"
+)
+
+
+def _levels(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """--levels: client counts, comma-separated, each from 1 to MAX_CLIENTS; checked
+    before any benchmark runs (the interactive one runs last, minutes in), and given to
+    it in rising order, once each."""
+    try:
+        counts = sorted({int(part) for part in value.split(",") if part.strip()})
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: give whole numbers of clients, comma-separated (1,8,64)"
+        ) from None
+    if not counts:
+        raise click.BadParameter("give at least one number of clients (1,8,64)")
+    if counts[0] < 1 or counts[-1] > MAX_CLIENTS:
+        raise click.BadParameter(f"{value!r}: each count of clients is from 1 to {MAX_CLIENTS}")
+    return ",".join(map(str, counts))
+
+
+def _check_writable(target: Path) -> None:
+    """Refuse a profile path that could not be written: a folder, or a folder that cannot
+    be made or written to."""
+    import os
+
+    if target.is_dir():
+        raise click.ClickException(f"--profile {target} is a folder: name a file")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.ClickException(f"cannot make {target.parent}: {exc.strerror}") from None
+    if not os.access(target.parent, os.W_OK) or (
+        target.exists() and not os.access(target, os.W_OK)
+    ):
+        raise click.ClickException(f"cannot write the profile to {target}: permission denied")
+
+
 @click.command()
 @profile_option("where to write it")
 @click.option("--task", default="classify", type=click.Choice(["classify", "embed", "score"]))
@@ -48,7 +91,9 @@ def _batch_target(values: tuple[str, ...]) -> dict[tuple[str, str], float]:
 @click.option(
     "--seconds", default=10.0, type=click.FloatRange(min=1), help="each interactive level's length"
 )
-@click.option("--levels", default="1,8,64", help="interactive clients, comma-separated")
+@click.option(
+    "--levels", default="1,8,64", callback=_levels, help="interactive clients, comma-separated"
+)
 def calibrate(path: Path | None, task: str, items: int, seconds: float, levels: str) -> None:
     """Measure this machine: run the batch and interactive benchmarks (bench/) and store
     each tier's CPU per item and per request as the profile `laneway plan` reads. Run it
@@ -58,7 +103,10 @@ def calibrate(path: Path | None, task: str, items: int, seconds: float, levels: 
     from fleet.calibration import write_profile
 
     settings = cli_settings()
+    if settings.embedded_redis or not settings.database_url.startswith("postgresql"):
+        raise click.ClickException(EMBEDDED_REFUSED)
     target = _profile_path(path)
+    _check_writable(target)  # before minutes of benchmarks, not after
     upgrade(settings)  # the benchmarks' jobs and the footprint read the tables
     try:
         profile = run(task, items, seconds, levels, settings.database_url, settings.redis_url,

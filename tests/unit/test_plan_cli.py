@@ -208,3 +208,89 @@ def test_control_plane_figures_replace_the_tiers_they_measure() -> None:
     # A report of another shape is refused by name, not misread.
     with pytest.raises(PlanError, match="format 1, not 2"):
         controlplane_figures({"format": 1, "batch": job}, "classify")
+
+
+def calibrate(monkeypatch, tmp_path: Path, *args: str, unset: tuple[str, ...] = (), **env: str):
+    """`laneway calibrate` with these settings read afresh, LANEWAY_HOME in the test's folder:
+    each case here is refused before any benchmark starts (one would start processes, which
+    a unit test may not: tests/spawnguard.py fails it)."""
+    from core.config.settings import get_settings
+
+    monkeypatch.setenv("LANEWAY_HOME", str(tmp_path / "home"))
+    for name in unset:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(cli, ["calibrate", *args])
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    assert "Traceback" not in result.output and "batch: bench/" not in result.output
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(
+    ("levels", "says"),
+    [("0,x", "whole numbers"), ("1,eight", "whole numbers"), ("1.5", "whole numbers"),
+     (",", "at least one"), ("", "at least one"), ("0", "from 1 to 1024"),
+     ("-4,8", "from 1 to 1024"), ("1,100000", "from 1 to 1024")],
+)  # fmt: skip
+def test_bad_client_levels_are_refused_before_any_benchmark(
+    monkeypatch, tmp_path: Path, levels: str, says: str
+) -> None:
+    """The interactive benchmark runs last, minutes in: a typo in --levels is caught first."""
+    code, out = calibrate(monkeypatch, tmp_path, "--levels", levels)
+    assert code == 2 and "Invalid value for '--levels'" in out and says in out
+
+
+def test_client_levels_are_given_to_the_benchmark_rising_and_once_each() -> None:
+    from fleet.cli.plan import _levels
+
+    assert _levels(None, None, "64, 8,1,8") == "1,8,64"
+    assert _levels(None, None, " 4 ") == "4"
+
+
+@pytest.mark.parametrize(
+    ("unset", "env"),
+    [(("LANEWAY_REDIS_URL", "LANEWAY_DATABASE_URL"), {}),  # the embedded default
+     (("LANEWAY_REDIS_URL",), {}),  # Postgres, the embedded Redis
+     ((), {"LANEWAY_DATABASE_URL": "sqlite:///{home}/x.db"})],  # SQLite, a real Redis
+)  # fmt: skip
+def test_the_embedded_default_is_refused_by_name(monkeypatch, tmp_path: Path, unset, env) -> None:
+    """A new user straight from `make demo`: the profile would price SQLite and an embedded
+    Redis, which no fleet runs on; calibrate says what to set instead, and writes nothing."""
+    env = {k: v.format(home=tmp_path) for k, v in env.items()}
+    code, out = calibrate(monkeypatch, tmp_path, unset=unset, **env)
+    assert code == 1 and out.count("\n") == 1
+    assert "LANEWAY_DATABASE_URL" in out and "LANEWAY_REDIS_URL" in out
+    assert not (tmp_path / "home" / "capacity-profile.json").exists()
+    assert not (tmp_path / "home" / "redis.sock").exists()  # no embedded Redis started
+
+
+def test_a_profile_path_that_cannot_be_written_is_refused_before_the_benchmarks(
+    monkeypatch, tmp_path: Path
+) -> None:
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    code, out = calibrate(monkeypatch, tmp_path, "--profile", str(folder))
+    assert code == 1 and "is a folder" in out
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    code, out = calibrate(monkeypatch, tmp_path, "--profile", str(a_file / "sub" / "p.json"))
+    assert code == 1 and f"cannot make {a_file / 'sub'}" in out
+    assert a_file.read_text() == "x"
+
+
+def test_redis_cpu_is_read_over_a_unix_socket_too(tmp_path: Path) -> None:
+    """kombu's redis+socket:// spelling (a valid LANEWAY_REDIS_URL) is redis-py's unix://:
+    the reader connects to the socket (none here: a connection error, not a bad URL)."""
+    import redis
+
+    from fleet.calibration import redis_cpu_reader
+
+    read = redis_cpu_reader(f"redis+socket://{tmp_path}/redis.sock")
+    assert read is not None
+    with pytest.raises(redis.ConnectionError, match="redis.sock"):
+        read()
