@@ -149,13 +149,22 @@ def health(node: str, timeout: float) -> None:
     from celery.utils.nodenames import worker_direct
 
     from core.queueing.celery_app import make_celery
+    from core.store.redis_conn import redis_client
 
-    celery = make_celery(cli_settings())
+    settings = cli_settings()
+    # The report comes back through Redis: one that cannot be reached is one line now
+    # (the command group's), not Celery's twenty reconnection attempts and a traceback.
+    redis_client(settings).ping()
+    celery = make_celery(settings)
     result = celery.send_task("laneway.device_health", queue=worker_direct(node))
     try:
         report = result.get(timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - a timeout or the check's own failure
         raise click.ClickException(f"{node}: no health report ({type(exc).__name__})") from None
+    finally:
+        # Unsubscribed now, while the interpreter is whole: left to the result's finaliser
+        # at the interpreter's exit, it meets redis-py half torn down and prints a traceback.
+        result.backend.remove_pending_result(result)
     click.echo(json.dumps(report))
     if not report.get("ok"):
         sys.exit(1)

@@ -102,9 +102,55 @@ def test_a_database_it_cannot_reach_is_one_line_whatever_the_command(services, m
     assert "\n" not in done.output.strip()
 
 
-def test_a_redis_it_cannot_reach_is_one_line(migrated, monkeypatch):
+@pytest.mark.parametrize("argv", [["status"], ["health", "gpu0@nowhere"]])
+def test_a_redis_it_cannot_reach_is_one_line(migrated, monkeypatch, argv):
+    """`health` included: its report comes back through Redis, whose loss Celery's result
+    backend raises as a RuntimeError after twenty reconnection attempts."""
     url = f"redis://127.0.0.1:{free_port()}/1"
-    done = invoke_with(monkeypatch, ["status"], LANEWAY_REDIS_URL=url)
+    done = invoke_with(monkeypatch, argv, LANEWAY_REDIS_URL=url)
     assert done.exit_code == 1, done.output
     assert done.output.startswith("Error: Redis is unreachable:"), done.output
     assert "\n" not in done.output.strip()
+
+
+def test_a_service_error_under_another_library_s_error_is_found() -> None:
+    """Celery and kombu raise their own errors from redis-py's and SQLAlchemy's: the
+    service is named from the chain of causes; an unrelated error stays unnamed."""
+    import redis
+
+    from fleet.cli.common import unreachable_service
+
+    def raised(outer: Exception, inner: Exception | None) -> Exception:
+        try:
+            try:
+                if inner is not None:
+                    raise inner
+                raise outer
+            except Exception as exc:
+                if exc is outer:
+                    raise
+                raise outer from exc
+        except Exception as caught:  # noqa: BLE001 - the chain is what is tested
+            return caught
+
+    lost = raised(RuntimeError("Retry limit exceeded"), redis.ConnectionError("Error 111"))
+    assert unreachable_service(lost) == "Redis is unreachable: Error 111"
+    assert unreachable_service(raised(RuntimeError("x"), None)) is None
+    assert unreachable_service(raised(RuntimeError("x"), ValueError("y"))) is None
+    looped = RuntimeError("a")
+    looped.__context__ = ValueError("b")
+    looped.__context__.__context__ = looped  # a cycle ends the walk, it does not hang it
+    assert unreachable_service(looped) is None
+
+
+@pytest.mark.slow  # a Python child: what it prints as it exits is the point
+def test_health_without_an_answer_ends_in_one_line(migrated, settings):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "fleet.cli", "health", "gpu9@nowhere", "--timeout", "1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == "Error: gpu9@nowhere: no health report (TimeoutError)"
