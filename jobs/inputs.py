@@ -22,6 +22,7 @@ import orjson
 MAX_ID_CHARS = 200
 MAX_LABELS = 50
 MAX_LABEL_CHARS = 100
+MAX_NAME_CHARS = 100  # an account's or an API key's name: its column's width (db/models.py)
 
 
 class InputError(ValueError):
@@ -119,6 +120,24 @@ def check_storable(value: str, where: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InputError(f"{where} contains an invalid character (a lone surrogate)") from None
+
+
+def parse_name(value: object, field: str) -> str:
+    """An account's or an API key's name, as the admin API and the CLI both take it: a
+    non-empty string of at most MAX_NAME_CHARS that Postgres can store and that prints as
+    one line (names are shown in tables and logs, where a newline would forge a row),
+    without surrounding spaces."""
+    from core.obs.logsafe import unprintable
+
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{field} must be a non-empty string")
+    if len(value) > MAX_NAME_CHARS:
+        raise InputError(f"{field} is longer than {MAX_NAME_CHARS} characters")
+    check_storable(value, field)
+    bad = unprintable(value)
+    if bad is not None:
+        raise InputError(f"{field} contains an unprintable character ({bad!r})")
+    return value.strip()
 
 
 Row = tuple[str, str, int]  # item id, text, place (a line number, or an index in a list)

@@ -29,7 +29,7 @@ from db.accounts import (
 from db.common import aware
 from db.models import Account, ApiKey
 from db.session import session_factory
-from jobs.inputs import InputError, check_storable, parse_json_body
+from jobs.inputs import InputError, parse_json_body, parse_name
 from webapp.auth import app_settings, check_admin, key_cache
 from webapp.errors import error_response
 
@@ -50,7 +50,6 @@ ACCOUNT_ID = "<int:account_id>"
 # Postgres integers: a larger id would fail in the database. (Not the converter's `max`:
 # werkzeug then answers 405 instead of 404 where another method shares the path.)
 MAX_ACCOUNT_ID = 2**31 - 1
-MAX_NAME_CHARS = 100
 MAX_GRACE_SECONDS = 30 * 24 * 3600
 
 
@@ -97,12 +96,7 @@ def _name(body: dict[str, Any], field: str, required: bool) -> str | None:
     value = body.get(field)
     if value is None and not required:
         return None
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(f"'{field}' must be a non-empty string")
-    if len(value) > MAX_NAME_CHARS:
-        raise InputError(f"'{field}' is longer than {MAX_NAME_CHARS} characters")
-    check_storable(value, f"'{field}'")
-    return value.strip()
+    return parse_name(value, f"'{field}'")
 
 
 def _body(allowed: tuple[str, ...]) -> dict[str, Any]:

@@ -38,6 +38,18 @@ def accounts() -> None:
     """Accounts and their API keys."""
 
 
+def _name(_ctx: Any, _param: Any, value: str | None) -> str | None:
+    """An account's or a key's name, by the admin API's rule (jobs/inputs.py)."""
+    if value is None:
+        return None
+    from jobs.inputs import InputError, parse_name
+
+    try:
+        return parse_name(value, "the name")
+    except InputError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _webhook_url(_ctx: Any, _param: Any, value: str | None) -> str | None:
     """An http(s) URL with a host. Echoed nowhere: it may carry a secret token."""
     if value is None:
@@ -56,10 +68,10 @@ def _webhook_url(_ctx: Any, _param: Any, value: str | None) -> str | None:
 
 
 @accounts.command("create")
-@click.argument("name")
+@click.argument("name", callback=_name)
 @click.option("--type", "type_", type=click.Choice(ACCOUNT_TYPES), default="standard")
 @click.option("--admin", is_flag=True, help="may manage every account and key (/v1/admin)")
-@click.option("--key-name", default=None, help="a name for its first API key")
+@click.option("--key-name", default=None, callback=_name, help="a name for its first API key")
 @click.option("--webhook", default=None, callback=_webhook_url, help="told when inbox jobs end")
 def accounts_create(
     name: str, type_: str, admin: bool, key_name: str | None, webhook: str | None
@@ -150,7 +162,9 @@ def _print_key(key: str) -> None:
 
 @keys.command("create")
 @click.argument("account")
-@click.option("--name", default=None, help="what the key is for, e.g. nightly-upload")
+@click.option(
+    "--name", default=None, callback=_name, help="what the key is for, e.g. nightly-upload"
+)
 def keys_create(account: str, name: str | None) -> None:
     """Add an API key to ACCOUNT (name or id); prints it once."""
     from db.accounts import add_api_key

@@ -103,6 +103,9 @@ def test_admin_endpoints_refuse_other_accounts_and_bad_input(client, account_fac
         ({"type": "standard"}, "'name' must be a non-empty string"),
         ({"name": "x" * 101}, "longer than 100"),
         ({"name": "a\x00b"}, "NUL"),
+        ({"name": "acme\nadmin  yes"}, "unprintable character ('\\n')"),  # a forged row
+        ({"name": "   "}, "'name' must be a non-empty string"),
+        ({"name": _name("t"), "key_name": "ops\r"}, "'key_name' contains an unprintable"),
         ({"name": _name("t"), "type": "gold"}, "'type' must be one of demo, trial"),
         ({"name": _name("t"), "is_admin": "yes"}, "'is_admin' must be true or false"),
         ({"name": _name("t"), "role": "admin"}, "unknown field 'role'"),
@@ -158,3 +161,34 @@ def test_cli_manages_accounts_and_keys(client):
     assert missing.exit_code != 0 and "no API key with prefix" in missing.output
     missing = CliRunner().invoke(cli, ["accounts", "keys", "list", "ghost-account"])
     assert missing.exit_code != 0 and "no account 'ghost-account'" in missing.output
+
+
+def test_the_cli_takes_names_by_the_admin_api_s_rule(client):
+    """A hurried operator's empty, blank, over-long or multi-line name (a newline would
+    forge a row of `accounts list`): refused by name, exit 2, no account and no key made."""
+    from db.models import Account
+
+    settings = client.application.config["LANEWAY_SETTINGS"]
+    owner = _name("names")
+    _cli("accounts", "create", owner)
+    with session_scope(settings) as session:
+        before = (session.query(Account).count(), session.query(ApiKey).count())
+    for argv, says in (
+        (["accounts", "create", ""], "must be a non-empty string"),
+        (["accounts", "create", "   "], "must be a non-empty string"),
+        (["accounts", "create", "x" * 101], "longer than 100 characters"),
+        (["accounts", "create", "acme\nadmin  yes"], "unprintable character ('\\n')"),
+        (["accounts", "create", "a\u2028b"], "unprintable character"),
+        (["accounts", "create", _name("k"), "--key-name", "\t"], "must be a non-empty string"),
+        (["accounts", "create", _name("k"), "--key-name", "a\x1bb"], "unprintable"),
+        (["accounts", "keys", "create", owner, "--name", "n\rx"], "unprintable"),
+    ):
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 2 and says in result.output, (argv, result.output)
+        assert "Traceback" not in result.output
+    with session_scope(settings) as session:
+        assert (session.query(Account).count(), session.query(ApiKey).count()) == before
+    # Surrounding spaces are trimmed, as the API trims them.
+    assert _cli("accounts", "create", f"  {owner}-spaced  ")[0].startswith("lw_")
+    with session_scope(settings) as session:
+        assert session.scalar(select(Account.name).where(Account.name == f"{owner}-spaced"))
