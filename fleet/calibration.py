@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -185,18 +186,36 @@ def run_bench(
     report and the sampler, which holds each tier's CPU seconds."""
     log = out.with_suffix(".log")
     with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=fh, stderr=fh)
-        with TierSampler(proc.pid, redis_cpu_reader(redis_url)) as sampler:
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise PlanError(f"{argv[0]} ran past {timeout:.0f} s; see {log}") from None
-            sampler.sample()
+        # Its own session, so that a Ctrl-C at the terminal reaches this process alone,
+        # which then interrupts the benchmark once, below.
+        proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=fh, stderr=fh,
+                                start_new_session=True)  # fmt: skip
+        try:
+            with TierSampler(proc.pid, redis_cpu_reader(redis_url)) as sampler:
+                try:
+                    code = proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    raise PlanError(f"{argv[0]} ran past {timeout:.0f} s; see {log}") from None
+                sampler.sample()
+        finally:
+            if proc.poll() is None:
+                stop_benchmark(proc)
     if code != 0 or not out.exists():
         raise PlanError(f"{argv[0]} failed (exit {code}); see {log}")
     return json.loads(out.read_text()), sampler
+
+
+def stop_benchmark(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """End a benchmark that this run is leaving early (the sampler failed, the time limit,
+    Ctrl-C), never leaving it running on its own: a SIGINT first, on which the benchmark
+    stops the fleets it started (their processes are in sessions of their own, which
+    killing the benchmark would not reach), then a kill after `grace` seconds."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # --- from the benchmarks' reports to the profile's figures (pure) ------------------------

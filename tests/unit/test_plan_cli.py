@@ -294,3 +294,27 @@ def test_redis_cpu_is_read_over_a_unix_socket_too(tmp_path: Path) -> None:
     assert read is not None
     with pytest.raises(redis.ConnectionError, match="redis.sock"):
         read()
+
+
+@pytest.mark.slow  # a Python child: the benchmark's stand-in
+def test_a_benchmark_is_never_left_running_when_calibration_stops_early(tmp_path: Path) -> None:
+    """The sampler fails at its start (Redis unreachable: its first reading) once the
+    benchmark is running; the benchmark is interrupted, not left behind (it used to run on,
+    and the fleets it starts with it)."""
+    import uuid
+
+    import psutil
+    import redis
+
+    from fleet.calibration import run_bench
+    from tests.e2e.procs import free_port
+
+    token = uuid.uuid4().hex
+    stand_in = ["-c", "import time, sys; time.sleep(600)", token]
+    with pytest.raises(redis.ConnectionError):
+        run_bench(stand_in, f"redis://127.0.0.1:{free_port()}/0", tmp_path / "r.json", 60)
+
+    def alive() -> list:
+        return [p for p in psutil.process_iter(["cmdline"]) if token in (p.info["cmdline"] or [])]
+
+    assert alive() == []
