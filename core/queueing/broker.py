@@ -173,16 +173,21 @@ def rabbitmq_ready(url: str, queues: Iterable[str]) -> dict[str, int]:
     """Messages ready in each RabbitMQ queue, from a passive declare (AMQP 0-9-1's
     queue.declare-ok carries the count; no management plugin needed). Messages delivered
     to consumers and not yet acknowledged are not in it: AMQP does not report them. A
-    queue nobody declared yet holds nothing."""
+    queue nobody declared yet holds nothing. A broker that cannot be reached (refused,
+    timed out, the login refused) is kombu's OperationalError, as kombu raises it when
+    it sends, whatever socket or AMQP error py-amqp raised beneath."""
     ready: dict[str, int] = {}
-    with Connection(url, connect_timeout=AMQP_TIMEOUT) as conn:
-        channel = conn.channel()
-        for queue in queues:
-            try:
-                ready[queue] = channel.queue_declare(queue, passive=True).message_count
-            except amqp.exceptions.NotFound:
-                ready[queue] = 0
-                channel = conn.channel()  # the broker closed the channel with its 404
+    try:
+        with Connection(url, connect_timeout=AMQP_TIMEOUT) as conn:
+            channel = conn.channel()
+            for queue in queues:
+                try:
+                    ready[queue] = channel.queue_declare(queue, passive=True).message_count
+                except amqp.exceptions.NotFound:
+                    ready[queue] = 0
+                    channel = conn.channel()  # the broker closed the channel with its 404
+    except (OSError, amqp.exceptions.AMQPError) as exc:
+        raise kombu.exceptions.OperationalError(f"RabbitMQ: {exc}") from exc
     return ready
 
 

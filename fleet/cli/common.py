@@ -23,8 +23,8 @@ LOG_LEVEL_ENV = "LANEWAY_LOG_LEVEL"
 
 
 def unreachable_service(exc: BaseException | None) -> str | None:
-    """One line for a database or Redis a command could not reach (down, refusing, a
-    database that does not exist), or None for any other error. Read by the exception's
+    """One line for a database, Redis or the broker a command could not reach (down,
+    refusing, a database that does not exist), or None for any other error. Read by the exception's
     class, so that a command that never touched SQLAlchemy or redis-py imports neither;
     and down the chain of causes, since Celery and kombu raise their own errors from
     redis-py's (Celery's result backend: a RuntimeError, "Retry limit exceeded")."""
@@ -37,6 +37,8 @@ def unreachable_service(exc: BaseException | None) -> str | None:
             return f"the database is unreachable: {' '.join(str(reason).split())}"
         if kinds & {("redis", "ConnectionError"), ("redis", "TimeoutError")}:
             return f"Redis is unreachable: {' '.join(str(exc).split())}"
+        if ("kombu", "OperationalError") in kinds:
+            return f"the broker is unreachable: {' '.join(str(exc).split())}"
         exc = exc.__cause__ or exc.__context__
     return None
 

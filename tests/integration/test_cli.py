@@ -113,6 +113,23 @@ def test_a_redis_it_cannot_reach_is_one_line(migrated, monkeypatch, argv):
     assert "\n" not in done.output.strip()
 
 
+@pytest.mark.parametrize(
+    ("broker", "says"),
+    [("amqp://guest:guest@127.0.0.1:{port}//", "Connection refused"),
+     ("amqp://guest:not-the-password@127.0.0.1:5672//", "ACCESS_REFUSED")],
+)  # fmt: skip
+def test_a_rabbitmq_it_cannot_reach_or_log_in_to_is_one_line(migrated, monkeypatch, broker, says):
+    """The batch lanes on RabbitMQ (LANEWAY_BROKER_URL): `status` reads its queues' depths
+    there; a refused port or a wrong password is one line naming the broker, without the
+    password."""
+    url = broker.format(port=free_port())
+    done = invoke_with(monkeypatch, ["status"], LANEWAY_BROKER_URL=url)
+    assert done.exit_code == 1, done.output
+    line = done.output.strip()
+    assert line.startswith("Error: the broker is unreachable: RabbitMQ:") and says in line, line
+    assert "\n" not in line and "not-the-password" not in line
+
+
 def test_a_service_error_under_another_library_s_error_is_found() -> None:
     """Celery and kombu raise their own errors from redis-py's and SQLAlchemy's: the
     service is named from the chain of causes; an unrelated error stays unnamed."""
