@@ -44,23 +44,48 @@ def submit(
                 sys.exit(1)
 
 
+GZIP_MAGIC = b"\x1f\x8b"  # RFC 1952: a gzip member's first two bytes
+
+
 def _stdin_file(scratch: Path, fmt: str | None) -> Path:
-    """Standard input, spooled to a file the upload streams from (its size is sent first)."""
+    """Standard input, spooled to a file the upload streams from (its size is sent first),
+    named for its format and, when it is gzip (`cat items.csv.gz | laneway submit -`), .gz:
+    the server reads the compression and the format from the name."""
     with click.open_file("-", "rb") as stdin:
         data = stdin.read()
-    if not data.strip():
+    gzipped = data[:2] == GZIP_MAGIC
+    head = _gunzipped_head(data) if gzipped else data[:4096]
+    if not data.strip() or (gzipped and not head.strip()):
         raise click.ClickException("standard input is empty: pipe a CSV (id,text) or JSONL file")
-    fmt = fmt or ("jsonl" if data.lstrip()[:1] == b"{" else "csv")
-    path = scratch / f"stdin.{fmt}"
+    fmt = fmt or ("jsonl" if head.lstrip()[:1] == b"{" else "csv")
+    path = scratch / f"stdin.{fmt}{'.gz' if gzipped else ''}"
     path.write_bytes(data)
     return path
 
 
+def _gunzipped_head(data: bytes) -> bytes:
+    """The first bytes of gzip data as plain text, to tell its format; b"-" where the data
+    is not valid gzip (the server's answer then says what is wrong with it)."""
+    import zlib
+
+    try:
+        return zlib.decompressobj(wbits=31).decompress(data[:65536], 4096)
+    except zlib.error:
+        return b"-"
+
+
 def _named(path: Path, fmt: str | None, scratch: str) -> Path:
-    """The file, under a name with --format's suffix where it lacks one (a link, not a copy)."""
-    if fmt is None or path.name.endswith((f".{fmt}", f".{fmt}.gz")):
+    """The file under a name that says its format (--format's suffix) and, for gzip content,
+    .gz, where its own name does not (a link, not a copy)."""
+    with open(path, "rb") as fh:
+        gzipped = fh.read(2) == GZIP_MAGIC
+    plain = path.name.removesuffix(".gz")
+    if fmt is not None and not plain.endswith(f".{fmt}"):
+        plain = f"{Path(plain).stem}.{fmt}"
+    name = f"{plain}.gz" if gzipped or path.name.endswith(".gz") else plain
+    if name == path.name:
         return path
-    named = Path(scratch) / f"{path.stem}.{fmt}"
+    named = Path(scratch) / name
     named.symlink_to(path.resolve())
     return named
 

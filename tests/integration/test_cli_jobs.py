@@ -25,7 +25,7 @@ def laneway(served, account_factory):
     """Run `laneway ...` against the served app with a fresh account's key."""
     _, key = account_factory()
 
-    def run(*args: str, key: str = key, input: str | None = None):  # noqa: A002
+    def run(*args: str, key: str = key, input: str | bytes | None = None):  # noqa: A002
         env = {"LANEWAY_URL": served, "LANEWAY_API_KEY": key}
         return CliRunner().invoke(cli, list(args), env=env, input=input)
 
@@ -96,6 +96,29 @@ def test_submit_a_file_and_an_empty_standard_input(laneway, tmp_path):
     named = laneway("submit", str(path), "--format", "csv")  # the suffix says nothing
     assert named.exit_code == 0, named.output
     _one_line_error(laneway("submit", "-", input=""), "standard input is empty")
+
+
+def test_gzip_is_read_as_gzip_whatever_its_name_or_from_standard_input(laneway, tmp_path):
+    """`cat items.csv.gz | laneway submit -`, or a gzip file whose name lacks .gz: the
+    upload is named for what it holds (the server reads the compression from the name, and
+    used to answer "name it .gz", which a pipe cannot)."""
+    import gzip
+
+    def items(result) -> int:
+        assert result.exit_code == 0, result.output
+        job_id = result.stdout.split()[1]
+        return json.loads(laneway("jobs", "show", job_id, "--json").stdout)["progress"]["total"]
+
+    assert items(laneway("submit", "-", input=gzip.compress(CSV.encode()))) == 2
+    jsonl = (
+        b'{"id": "j1", "text": "hello"}\n{"id": "j2", "text": "again"}\n{"id": "j3", "text": "x"}\n'
+    )
+    assert items(laneway("submit", "-", input=gzip.compress(jsonl))) == 3
+    for name, args in (("items.csv", ()), ("export", ("--format", "csv"))):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(CSV.encode()))
+        assert items(laneway("submit", str(path), *args)) == 2, name
+    _one_line_error(laneway("submit", "-", input=gzip.compress(b"")), "standard input is empty")
 
 
 def test_a_refused_connection_is_one_line(account_factory):
