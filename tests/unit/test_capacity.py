@@ -122,6 +122,34 @@ def test_erlang_c_known_values() -> None:
     assert 0 < erlang_c(2000, 1900) < 1  # stays finite for thousands of servers
 
 
+def recursion(servers: int, load: float) -> float:
+    """Erlang C by Erlang B's recursion alone, as erlang_c computes it below its shortcut."""
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = load * b / (k + load * b)
+    return b / (1 - load / servers + load / servers * b)
+
+
+@pytest.mark.parametrize("load", [700.0, 1000.0, 5000.0, 40_000.0])
+def test_erlang_c_s_shortcut_is_what_the_recursion_gives(load: float) -> None:
+    """Past a thousand servers and 12 standard deviations of spare, erlang_c answers 0 at
+    once; the recursion agrees there, and just short of it erlang_c still runs it."""
+    at = math.ceil(load + 12 * math.sqrt(load))
+    at = max(at, 1001)
+    assert erlang_c(at, load) == 0.0 and recursion(at, load) < 1e-28
+    short = math.floor(load + 11 * math.sqrt(load))
+    assert erlang_c(short, load) == pytest.approx(recursion(short, load), rel=1e-9)
+
+
+def test_a_plan_for_a_vast_rate_is_made_at_once_not_by_a_step_per_server() -> None:
+    """A hurried operator's 1e12 (or 1e300) requests/s: millions of servers, sized at once
+    (the Erlang recursion's step per server ran for minutes)."""
+    for rate in (1e12, 1e300):
+        result = plan(Target(batch={}, interactive_rps=rate, p99_ms=500), profile(), PRICES, POOLS)
+        shown = result["interactive"]
+        assert shown["feasible"] and shown["utilization"] <= 0.7 and shown["p99_ms"] <= 500
+
+
 def test_wait_quantile_of_mm1() -> None:
     # M/M/1, rate 5/s, service 0.1 s: P(W > t) = 0.5 exp(-5t); p99 at ln(50)/5
     assert wait_quantile_s(1, 5, 0.1) == pytest.approx(math.log(50) / 5)
