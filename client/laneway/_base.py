@@ -155,6 +155,10 @@ class Counted:
 
     @classmethod
     def open(cls, path: Path, progress: Callable[[int, int], None] | None) -> Counted:
+        """Only a regular file: a device or a pipe has no size to declare (its reads would
+        overrun the Content-Length) and no start to rewind to for a retry."""
+        if not path.is_file():
+            raise ValueError(f"{path} is not a regular file (a device, a pipe or a socket)")
         return cls(path.open("rb"), path.stat().st_size, progress)
 
     def read(self, size: int = -1) -> bytes:

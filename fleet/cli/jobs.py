@@ -5,6 +5,7 @@ client does; a refused connection, a bad key or a missing job is one line and st
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -14,6 +15,7 @@ import click
 
 from db.models import JOB_STATUSES
 from fleet.cli.common import api, api_options, json_option, table
+from jobs.inputs import GZIP_MAGIC
 
 
 @click.command()
@@ -44,39 +46,48 @@ def submit(
                 sys.exit(1)
 
 
-GZIP_MAGIC = b"\x1f\x8b"  # RFC 1952: a gzip member's first two bytes
+SNIFF = 4096  # bytes of the (plain) input that tell its format
 
 
 def _stdin_file(scratch: Path, fmt: str | None) -> Path:
-    """Standard input, spooled to a file the upload streams from (its size is sent first),
-    named for its format and, when it is gzip (`cat items.csv.gz | laneway submit -`), .gz:
-    the server reads the compression and the format from the name."""
-    with click.open_file("-", "rb") as stdin:
-        data = stdin.read()
-    gzipped = data[:2] == GZIP_MAGIC
-    head = _gunzipped_head(data) if gzipped else data[:4096]
-    if not data.strip() or (gzipped and not head.strip()):
+    """Standard input, spooled to a file the upload streams from (its size is sent first;
+    copied in pieces, so a large pipe never sits in memory), named for its format and,
+    when it is gzip (`cat items.csv.gz | laneway submit -`), .gz: the server reads the
+    compression and the format from the name."""
+    spool = scratch / "stdin"
+    with click.open_file("-", "rb") as stdin, open(spool, "wb") as out:
+        first = stdin.read(65536)
+        out.write(first)
+        shutil.copyfileobj(stdin, out)
+    gzipped = first[:2] == GZIP_MAGIC
+    head = _gunzipped_head(first) if gzipped else first
+    if not head.strip() and spool.stat().st_size <= len(first):
         raise click.ClickException("standard input is empty: pipe a CSV (id,text) or JSONL file")
     fmt = fmt or ("jsonl" if head.lstrip()[:1] == b"{" else "csv")
-    path = scratch / f"stdin.{fmt}{'.gz' if gzipped else ''}"
-    path.write_bytes(data)
-    return path
+    return spool.rename(scratch / f"stdin.{fmt}{'.gz' if gzipped else ''}")
 
 
-def _gunzipped_head(data: bytes) -> bytes:
-    """The first bytes of gzip data as plain text, to tell its format; b"-" where the data
-    is not valid gzip (the server's answer then says what is wrong with it)."""
+def _gunzipped_head(first: bytes) -> bytes:
+    """The first bytes of gzip data as plain text (SNIFF at most, whatever they inflate
+    to), to tell its format; b"-" where the data is not valid gzip (the server's answer
+    then says what is wrong with it)."""
     import zlib
 
     try:
-        return zlib.decompressobj(wbits=31).decompress(data[:65536], 4096)
+        return zlib.decompressobj(wbits=31).decompress(first, SNIFF)
     except zlib.error:
         return b"-"
 
 
 def _named(path: Path, fmt: str | None, scratch: str) -> Path:
     """The file under a name that says its format (--format's suffix) and, for gzip content,
-    .gz, where its own name does not (a link, not a copy)."""
+    .gz, where its own name does not (a link, not a copy). Only a regular file: a device
+    or a pipe has no size to send and no start to go back to for a retry."""
+    if not path.is_file():
+        raise click.ClickException(
+            f"{path} is not a regular file (a device, a pipe or a socket): "
+            "pipe its content to `laneway submit -` instead"
+        )
     with open(path, "rb") as fh:
         gzipped = fh.read(2) == GZIP_MAGIC
     plain = path.name.removesuffix(".gz")

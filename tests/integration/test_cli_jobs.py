@@ -121,6 +121,19 @@ def test_gzip_is_read_as_gzip_whatever_its_name_or_from_standard_input(laneway, 
     _one_line_error(laneway("submit", "-", input=gzip.compress(b"")), "standard input is empty")
 
 
+def test_a_device_or_a_pipe_named_as_the_file_is_refused_in_one_line(laneway, tmp_path):
+    """A FIFO (and a link to it, both in the test's folder) where a file is expected: no
+    size to send, and opening it would wait for a writer. Refused by name, nothing sent."""
+    import os
+
+    fifo = tmp_path / "items.csv"
+    os.mkfifo(fifo)
+    (tmp_path / "link.csv").symlink_to(fifo)
+    for path in (fifo, tmp_path / "link.csv"):
+        _one_line_error(laneway("submit", str(path), "--format", "csv"), "not a regular file")
+    assert laneway("jobs", "list", "--json").stdout == ""
+
+
 def test_a_refused_connection_is_one_line(account_factory):
     env = {"LANEWAY_API_KEY": "lw_x_y", "LANEWAY_URL": "http://127.0.0.1:9"}
     for args in (["jobs", "list"], ["jobs", "show", "x"], ["submit", "-"]):

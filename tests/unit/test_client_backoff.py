@@ -190,3 +190,21 @@ def test_items_from_texts_pairs_or_objects():
         {"id": "x", "text": "b"},
         {"id": "y", "text": "c"},
     ]
+
+
+def test_an_upload_is_read_from_a_regular_file_only(tmp_path) -> None:
+    """A device or a pipe (here a FIFO and a link to it, made in the test's folder) is
+    refused before anything is sent: its reads would overrun the declared length."""
+    import os
+
+    fifo = tmp_path / "items.csv"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.csv"
+    link.symlink_to(fifo)
+    sent = []
+    transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(500))
+    client = Client("http://laneway.test", "lw_x", transport=transport)
+    for path in (fifo, link, tmp_path):
+        with pytest.raises(ValueError, match="not a regular file"):
+            client.submit_file(path)
+    assert sent == []
