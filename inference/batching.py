@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from inference.stages import Interrupted, stop_check
 from inference.tokenize import Direct
-
-# Asked before each micro-batch; True stops the model stage (a cancelled job).
-_stop_check: ContextVar[Callable[[], bool] | None] = ContextVar("stop_check", default=None)
-
-
-class Interrupted(Exception):
-    """The model stage stopped between micro-batches because its stop check said so."""
-
-
-@contextmanager
-def interruptible(stop: Callable[[], bool]) -> Iterator[None]:
-    """Inside this block, every model's micro-batch loop asks `stop()` before each batch."""
-    token = _stop_check.set(stop)
-    try:
-        yield
-    finally:
-        _stop_check.reset(token)
 
 
 @dataclass
@@ -86,7 +68,7 @@ def run_batches(
 ) -> list[torch.Tensor]:
     """Run forward on each micro-batch on the device; results come back to CPU, per batch."""
     results = []
-    stop = _stop_check.get()
+    stop = stop_check.get()
     with torch.inference_mode():
         for _, enc in prepared.batches:
             if stop is not None and stop():

@@ -22,6 +22,7 @@ from inference.ner import TokenClassifier
 from inference.patterns import extract_patterns
 from inference.precision import runtime_label
 from inference.seqcls import SequenceClassifier
+from inference.stages import StageTimes
 from inference.text import clean, limit
 
 # Characters kept per text before tokenization: a bound on tokenizer work for huge inputs,
@@ -29,49 +30,6 @@ from inference.text import clean, limit
 CHARS_PER_TOKEN_BOUND = 10
 LABEL_TEMPLATE = "This message is about {}."
 ANCHOR_TEMPERATURE = 0.05
-
-
-@dataclass
-class StageTimes:
-    """Seconds of each stage, and the sizes of the micro-batches the model stage ran."""
-
-    pre: float = 0.0
-    model: float = 0.0
-    post: float = 0.0
-    batches: list[int] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, float]:
-        return {"pre": self.pre, "model": self.model, "post": self.post}
-
-    def add(self, other: StageTimes) -> None:
-        self.pre += other.pre
-        self.model += other.model
-        self.post += other.post
-        self.batches += other.batches
-
-
-class TimedRun:
-    """`Pipeline.run` over texts for fixed tasks and labels, as a function of the texts;
-    `spent` adds up every run's stage seconds and model micro-batches."""
-
-    def __init__(
-        self,
-        pipeline: Pipeline,
-        tasks: Sequence[str],
-        labels: Sequence[str],
-        before_model: Callable[[Sequence[str]], None] | None = None,
-        spent: StageTimes | None = None,
-    ) -> None:
-        self.pipeline, self.tasks, self.labels = pipeline, tasks, labels
-        self.before_model = before_model
-        self.spent = StageTimes() if spent is None else spent
-
-    def __call__(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        outputs, times = self.pipeline.run(
-            texts, self.tasks, self.labels, before_model=self.before_model
-        )
-        self.spent.add(times)
-        return outputs
 
 
 def length_safe(text: str) -> str:
@@ -165,6 +123,14 @@ class Pipeline:
             return {"precision": None, "runtime": None}
         precision = "+".join(sorted({m.precision for m in loaded}))
         return {"precision": precision, "runtime": runtime_label(precision, loaded[0].device.type)}
+
+    def resume(self, tasks: Sequence[str], **parts: bytes) -> Staged:
+        """A chunk's stages as another process handed them over: each part (`prepared`,
+        `raw`) as `Staged.to_bytes` wrote it."""
+        staged = Staged(list(tasks))
+        for part, blob in parts.items():
+            staged.load(part, blob)
+        return staged
 
     def pre(self, texts: Sequence[str], tasks: Sequence[str]) -> Staged:
         """CPU: clean, bound lengths, tokenize once per model."""

@@ -37,8 +37,7 @@ from core.util.faults import model_stage_check
 from core.util.isolate import Failure, isolate
 from db.models import Job
 from db.session import session_scope
-from inference.batching import Interrupted, interruptible
-from inference.pipeline import Staged, StageTimes, TimedRun
+from inference.stages import Interrupted, StageTimes, TimedRun, interruptible
 from jobs import chunks
 from jobs.chunks import Work
 from jobs.lifecycle import cancel_key, settle
@@ -366,8 +365,7 @@ def model_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
         if blob is None:  # the hand-off was lost (Redis emptied): tokenize here instead
             staged = pipeline.pre(work.texts, work.tasks)
         else:
-            staged = Staged(work.tasks)
-            staged.load("prepared", blob)
+            staged = pipeline.resume(work.tasks, prepared=blob)
         check = model_stage_check(settings)
         started = time.perf_counter()
         # On the CPU fallback it shares the host's cores as the cpu lane does (without
@@ -407,9 +405,7 @@ def post_chunk(self: Any, work: Work, chunk_id: int) -> dict[str, Any]:
                 outputs, spent = _cached_run(work)
             metrics.record_model(work.lane, spent.model, spent.batches)
         else:
-            staged = Staged(work.tasks)
-            staged.load("prepared", prepared)
-            staged.load("raw", raw)
+            staged = pipeline.resume(work.tasks, prepared=prepared, raw=raw)
             # Without a plan (prepared before cache plans existed) the tokens cover every text.
             plan = CachePlan.from_json(work.texts, planned) if planned is not None else None
             todo = plan.todo if plan is not None else work.texts

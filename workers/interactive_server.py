@@ -42,10 +42,9 @@ from core.store.redis_conn import client_url, redis_client
 from core.util.faults import model_stage_check
 from core.util.isolate import Failure, isolate
 from core.vocab import INTERACTIVE_PREFIX
-from inference.batching import Interrupted
 from inference.dynamic import DynamicBatcher
-from inference.pipeline import StageTimes, TimedRun
 from inference.precision import choose
+from inference.stages import Interrupted, StageTimes, TimedRun
 from workers.cores import BusyMark
 from workers.devices import model_device
 from workers.identity import worker_queues

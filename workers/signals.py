@@ -31,7 +31,7 @@ from celery.signals import (
 from core.obs import metrics, metrics_server, tracing
 from core.queueing.celery_app import CHUNK_TASKS, app_settings, declare_queues
 from core.store.redis_conn import ensure_embedded_redis
-from core.vocab import GPU_QUEUES
+from core.vocab import GPU_QUEUES, LANES
 from workers.devices import LaneError, check_lane
 from workers.identity import is_interactive, set_worker, worker, worker_queues
 from workers.registry import (
@@ -94,6 +94,11 @@ def _set_up_worker(sender: str, instance: Any, **_: Any) -> None:
     set_worker(instance=new_instance_id(sender), hostname=sender, queues=queues, device=device)
     if not _forks(instance):
         tracing.configure(tracing.worker_service(queues))  # this process runs the tasks
+    elif set(LANES) & set(queues):  # a batch lane's worker: its pool runs the models
+        # The model code (torch, transformers) is imported here, once, before the pool
+        # forks: the task modules no longer import it (inference/stages.py), and each pool
+        # process would otherwise import it again instead of sharing the parent's pages.
+        import inference.pipeline  # noqa: F401
 
 
 def serial_tokenizers(queues: list[str], environ: MutableMapping[str, str] = os.environ) -> None:

@@ -8,7 +8,9 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.e2e.procs import BIN, Proc, start_worker, wait_for
@@ -36,6 +38,11 @@ def test_the_beat_probe_follows_beats_ticks(tmp_path):
     beat = Proc("beat", [str(BIN / "laneway"), "beat"], tmp_path, env)
     try:
         wait_for(lambda: probe("beat", env=env).returncode == 0, 60, "the beat probe", [beat])
+        # Beat sends tasks by name and runs none: having loaded the task modules, it has
+        # not loaded torch (inference/stages.py).
+        tree = psutil.Process(beat.proc.pid).children(recursive=True)
+        assert any("beat" in p.cmdline() for p in tree)
+        assert not any("libtorch" in Path(f"/proc/{p.pid}/maps").read_text() for p in tree)
         # Not only a file left at start-up: beat's ticks keep it fresh. Made old, it is
         # touched again within a tick (the reconciler is due every second here).
         old = time.time() - 600

@@ -16,7 +16,7 @@ import redis
 
 from core.store import interactive_protocol as ia
 from core.store import usage
-from inference.pipeline import StageTimes
+from inference.stages import StageTimes
 from workers import interactive_server
 from workers.interactive_server import BatchFigures, Incoming, InteractiveServer
 

@@ -47,7 +47,8 @@ def test_clean_normalizes_unicode_and_whitespace():
 def test_a_stop_check_interrupts_the_model_stage_between_micro_batches():
     import torch
 
-    from inference.batching import Interrupted, Prepared, interruptible, run_batches
+    from inference.batching import Prepared, run_batches
+    from inference.stages import Interrupted, interruptible
 
     prepared = Prepared(n=3, batches=[([i], {"x": torch.tensor([[float(i)]])}) for i in range(3)])
     seen = []
