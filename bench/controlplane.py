@@ -12,11 +12,12 @@ by default (core/config/settings.py), so embed and classify both run it; every s
 the pipeline still runs.
 
 The fleet: real processes at default settings, as `laneway` starts them: the web app
-(gunicorn), --workers `laneway worker cpu` processes and one `laneway worker interactive`,
-on a database the run creates (dropped at the end) and a Redis db index it claims the
-way the test suite does. The batch lanes' broker is whatever LANEWAY_BROKER_URL names,
-else that Redis; `--brokers redis,rabbitmq` measures both, one after the other, each with
-a fleet, database and Redis db index of its own, RabbitMQ's on a fresh vhost of the node
+(gunicorn), --workers `laneway worker cpu` processes and, on the fleet that serves the
+interactive levels, one `laneway worker interactive`, on a database the run creates
+(dropped at the end) and a Redis db index it claims the way the test suite does. The
+batch lanes' broker is whatever LANEWAY_BROKER_URL names, else that Redis;
+`--brokers redis,rabbitmq` measures both, one after the other, each with a fleet,
+database and Redis db index of its own, RabbitMQ's on a fresh vhost of the node
 LANEWAY_BENCH_RABBITMQ names (amqp://guest:guest@127.0.0.1:5672 unless set; rabbitmqctl
 makes and deletes it). The interactive path stays on Redis whatever the batch broker.
 
@@ -370,9 +371,11 @@ class Fleet:
             start_new_session=True, cwd=self.cwd,
         )  # fmt: skip
 
-    def up(self, workers: int) -> dict[str, str]:
-        """Web, `workers` cpu workers and an interactive worker, each answering; returns
-        the worker nodes by name."""
+    def up(self, workers: int, interactive: bool = True) -> dict[str, str]:
+        """Web, `workers` cpu workers and (where the run has interactive levels) an
+        interactive worker, each answering; returns the worker nodes by name. A fleet
+        measured only on batch jobs starts none: its start is a model load of CPU, and idle
+        it would only add its heartbeats to the batch figures."""
         from core.config.settings import Settings
         from core.queueing.celery_app import make_celery
 
@@ -381,7 +384,8 @@ class Fleet:
         host = socket.gethostname()
         tag = uuid.uuid4().hex[:4]
         nodes = {f"cpu{i}": f"cp-cpu{i}-{tag}" for i in range(workers)}
-        nodes["interactive"] = f"cp-interactive-{tag}"
+        if interactive:
+            nodes["interactive"] = f"cp-interactive-{tag}"
         self.start("web", [str(BIN / "laneway"), "web", "--port", str(self.port)])
         for name, node in nodes.items():
             lane = "interactive" if name == "interactive" else "cpu"
@@ -600,12 +604,13 @@ def broker_run(
         upgrade(get_settings())
         with session_scope(get_settings()) as session:
             _, key = create_account(session, f"cp-{uuid.uuid4().hex[:6]}", "trial")
-        nodes = fleet.up(args.workers)
+        nodes = fleet.up(args.workers, interactive=bool(levels))
         tiers = {
             "web": fleet.pids(["web"]),
             "cpu_workers": fleet.pids([n for n in nodes if n.startswith("cpu")]),
-            "interactive_worker": fleet.pids(["interactive"]),
         }
+        if "interactive" in nodes:
+            tiers["interactive_worker"] = fleet.pids(["interactive"])
         # Redis serves a RabbitMQ fleet too: results, fair share, the interactive path.
         found = {"redis": local_redis_pid(redis_url)}
         if name == "rabbitmq":
