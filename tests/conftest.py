@@ -25,7 +25,7 @@ REDIS_HOST = os.environ.get("LANEWAY_TEST_REDIS", "redis://127.0.0.1:6379")
 CONNECT_TIMEOUT_S = 5
 
 # tests/spawnguard.py: a test that starts a process carries the e2e or slow marker.
-pytest_plugins = ["tests.spawnguard", "pytester"]
+pytest_plugins = ["tests.spawnguard", "tests.cpumeter", "pytester"]
 
 _state: dict[str, object] = {}
 
