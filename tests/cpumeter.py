@@ -6,7 +6,7 @@ longest. Each xdist worker appends a line per test to the file: the test's id an
 seconds (user and system) of the worker and of every process it started and reaped while
 the test ran (its module's shared fleet counts to the test whose teardown stops it). A
 process killed together with its parent is reaped by init and not counted, so the figures
-are a floor. `tools/test_cpu.py FILE` sums them by file.
+are a floor. `tools/suite_cpu.py FILE` sums them by file.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The suite's CPU by test file, from the lines `LANEWAY_TEST_CPU=FILE make test` writes.
 
-    .venv/bin/python tools/test_cpu.py FILE [--top 30]
+    .venv/bin/python tools/suite_cpu.py FILE [--top 30]
 
 Prints each file's CPU seconds (its tests' and the processes they started), the costliest
 first, with its share of the whole and its costliest test (tests/cpumeter.py says what is
