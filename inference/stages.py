@@ -1,11 +1,12 @@
 """What a chunk task needs of the model code before any model runs, without torch.
 
 The stop check between micro-batches, the stages' seconds and a run that adds them up:
-the task modules (tasks/chunks.py, workers/interactive_server.py) name these at import,
-and every process that imports the task modules (celery beat, Flower, a worker's parent)
-would otherwise import torch and transformers with them, seconds of CPU and hundreds of
-megabytes for processes that never run a model. The model code itself (inference.batching,
-inference.pipeline and the models) is imported where a model is loaded.
+tasks/chunks.py names these at import, and every process that imports the task modules
+(celery beat, Flower, a worker of the maintenance queue alone) would otherwise import
+torch and transformers with them: seconds of CPU and a few hundred megabytes for processes
+that never run a model. The model code itself (inference.batching, inference.pipeline and
+the models) is imported where models run: by a batch lane's worker before its pool forks
+(workers/signals.py), by the interactive worker as it loads its models.
 """
 
 from __future__ import annotations
