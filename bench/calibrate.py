@@ -166,8 +166,8 @@ def derive_tokenizer_pool(on: list[float], off: list[float]) -> bool:
 
 
 def stage_precision(sample: list[str], rounds: int) -> tuple[list[str], dict[str, str]]:
-    from inference import Encoder
     from inference.accuracy import TOLERANCE
+    from inference.encoder import Encoder
     from inference.precision import choose
 
     auto = choose("auto", "cpu").precision
@@ -216,7 +216,7 @@ def stage_half_rows(sample: list[str], rounds: int) -> tuple[list[str], dict[str
 
 
 def stage_packed(sample: list[str], rounds: int) -> tuple[list[str], dict[str, str]]:
-    from inference import Encoder
+    from inference.encoder import Encoder
     from inference.precision import choose
 
     precision = choose("auto", "cpu").precision
@@ -237,7 +237,7 @@ def stage_packed(sample: list[str], rounds: int) -> tuple[list[str], dict[str, s
 
 
 def stage_lone(sample: list[str], rounds: int) -> tuple[list[str], dict[str, str]]:
-    from inference import Encoder
+    from inference.encoder import Encoder
     from inference.precision import choose
 
     encoder = Encoder(precision=choose("auto", "cpu").precision)
@@ -261,7 +261,7 @@ def stage_lone(sample: list[str], rounds: int) -> tuple[list[str], dict[str, str
 
 
 def stage_model_threads(sample: list[str], rounds: int) -> tuple[list[str], dict[str, str]]:
-    from inference import Encoder
+    from inference.encoder import Encoder
     from inference.precision import choose
 
     encoder = Encoder(precision=choose("auto", "cpu").precision)
@@ -277,7 +277,7 @@ def stage_model_threads(sample: list[str], rounds: int) -> tuple[list[str], dict
 
 
 def stage_tokenizer_threads(sample: list[str], rounds: int) -> tuple[list[str], dict[str, str]]:
-    from inference import Encoder
+    from inference.encoder import Encoder
     from inference.precision import choose
 
     encoder = Encoder(precision=choose("auto", "cpu").precision)

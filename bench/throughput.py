@@ -85,7 +85,7 @@ class Bare:
     ):
         import torch
 
-        from inference import Encoder
+        from inference.encoder import Encoder
         from inference.pipeline import Pipeline
 
         torch.set_num_threads(threads)

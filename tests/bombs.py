@@ -1,11 +1,16 @@
-"""Hostile compressed input: small gzip files that inflate to a great deal of nothing, and
-gzip files that are nested, truncated or followed by garbage."""
+"""Hostile input: small gzip files that inflate to a great deal of nothing, gzip files that
+are nested, truncated or followed by garbage, and a pipe where a file is expected."""
 
 from __future__ import annotations
 
 import gzip
+import os
+import signal
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
+from pathlib import Path
 
 MIB = 1 << 20
 # What a gzip file may inflate to here: hundreds of MiB from ~200 KiB (deflate's best ratio
@@ -58,3 +63,29 @@ def stable_id(value: object) -> str | None:
     """A parametrized test's id part for a value: "data" for bytes, whose gzip headers carry
     the time they were made, so that every pytest-xdist worker collects the same ids."""
     return "data" if isinstance(value, bytes) else None
+
+
+def planted_fifo(folder: Path) -> tuple[Path, Path]:
+    """A FIFO named as an input file, and a link to it, both made in `folder` (the test's
+    own): opened for reading, the FIFO waits for a writer that never comes."""
+    fifo, link = folder / "items.csv", folder / "link.csv"
+    os.mkfifo(fifo)
+    link.symlink_to(fifo)
+    return fifo, link
+
+
+@contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Fail the block with TimeoutError after `seconds` (SIGALRM; the main thread only): code
+    that opens a planted FIFO when it should refuse it fails the test instead of hanging it."""
+
+    def expired(*_: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s: a FIFO was opened?")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

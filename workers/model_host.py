@@ -100,7 +100,7 @@ def _build(spec: ModelSpec, settings: Settings, device: str, precision: str) -> 
     """One registry entry's model class, loaded on `device` in `precision`."""
     common = _build_args(spec, settings, device, precision)
     if spec.kind == "embedding":
-        from inference import Encoder
+        from inference.encoder import Encoder
 
         return Encoder(spec.path or None, **common)
     if spec.kind == "sequence-classification":

@@ -24,21 +24,25 @@ LOG_LEVEL_ENV = "LANEWAY_LOG_LEVEL"
 
 def unreachable_service(exc: BaseException | None) -> str | None:
     """One line for a database, Redis or the broker a command could not reach (down,
-    refusing, a database that does not exist), or None for any other error. Read by the exception's
-    class, so that a command that never touched SQLAlchemy or redis-py imports neither;
-    and down the chain of causes, since Celery and kombu raise their own errors from
-    redis-py's (Celery's result backend: a RuntimeError, "Retry limit exceeded")."""
+    refusing, a database that does not exist), or None for any other error. Read by the
+    exception's class, so that a command that never touched SQLAlchemy or redis-py imports
+    neither; and down the chain of causes, since Celery and kombu raise their own errors
+    from redis-py's (Celery's result backend: a RuntimeError, "Retry limit exceeded")."""
+
+    def line(error: object) -> str:
+        return " ".join(str(error).split())
+
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         kinds = {(k.__module__.split(".")[0], k.__name__) for k in type(exc).__mro__}
         if ("sqlalchemy", "OperationalError") in kinds:
             reason = getattr(exc, "orig", None) or exc
-            return f"the database is unreachable: {' '.join(str(reason).split())}"
+            return f"the database is unreachable: {line(reason)}"
         if kinds & {("redis", "ConnectionError"), ("redis", "TimeoutError")}:
-            return f"Redis is unreachable: {' '.join(str(exc).split())}"
+            return f"Redis is unreachable: {line(exc)}"
         if ("kombu", "OperationalError") in kinds:
-            return f"the broker is unreachable: {' '.join(str(exc).split())}"
+            return f"the broker is unreachable: {line(exc)}"
         exc = exc.__cause__ or exc.__context__
     return None
 

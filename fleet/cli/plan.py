@@ -4,6 +4,7 @@ request into a profile, and size a fleet for a target load from it (fleet/capaci
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,8 +69,6 @@ def _levels(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
 def _check_writable(target: Path) -> None:
     """Refuse a profile path that could not be written: a folder, or a folder that cannot
     be made or written to."""
-    import os
-
     if target.is_dir():
         raise click.ClickException(f"--profile {target} is a folder: name a file")
     try:

@@ -33,7 +33,7 @@ QUERY = "where is my package?"
 @pytest.fixture(scope="module")
 def minilm():
     """The model in this process, fp32: what each framework's vectors must equal."""
-    from inference import Encoder
+    from inference.encoder import Encoder
 
     encoder = Encoder(precision="fp32", packed=False)
     return lambda texts: encoder.encode(texts).numpy()

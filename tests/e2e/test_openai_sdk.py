@@ -112,7 +112,7 @@ def test_a_lone_text_gets_torchs_fp32_vector_from_onnx_runtime(server, key):
     """One text alone runs on the interactive worker's ONNX Runtime session (its log says
     so) where the CPU has no native bf16: the vector of the model itself in fp32, in this
     process. A bf16 CPU keeps torch's bf16 forward, within bf16's rounding."""
-    from inference import Encoder
+    from inference.encoder import Encoder
     from inference.precision import choose
 
     onnx = choose("auto", "cpu").precision != "bf16"

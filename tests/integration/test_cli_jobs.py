@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from fleet.cli import cli
 from fleet.cli.common import LOG_LEVEL_ENV
+from tests.bombs import planted_fifo, within
 from tests.e2e.procs import BIN
 from tests.integration.conftest import store_results
 
@@ -124,13 +125,10 @@ def test_gzip_is_read_as_gzip_whatever_its_name_or_from_standard_input(laneway, 
 def test_a_device_or_a_pipe_named_as_the_file_is_refused_in_one_line(laneway, tmp_path):
     """A FIFO (and a link to it, both in the test's folder) where a file is expected: no
     size to send, and opening it would wait for a writer. Refused by name, nothing sent."""
-    import os
-
-    fifo = tmp_path / "items.csv"
-    os.mkfifo(fifo)
-    (tmp_path / "link.csv").symlink_to(fifo)
-    for path in (fifo, tmp_path / "link.csv"):
-        _one_line_error(laneway("submit", str(path), "--format", "csv"), "not a regular file")
+    for path in planted_fifo(tmp_path):
+        with within(30):
+            result = laneway("submit", str(path), "--format", "csv")
+        _one_line_error(result, "not a regular file")
     assert laneway("jobs", "list", "--json").stdout == ""
 
 

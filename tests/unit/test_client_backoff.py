@@ -17,6 +17,8 @@ from laneway import AsyncClient, Backoff, Client, LanewayConnectionError, Lanewa
 from laneway.client import _items, parse_retry_after
 from laneway.retry import Attempts
 
+from tests.bombs import planted_fifo, within
+
 
 def test_retry_after_in_seconds_or_as_a_date():
     now = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -195,16 +197,11 @@ def test_items_from_texts_pairs_or_objects():
 def test_an_upload_is_read_from_a_regular_file_only(tmp_path) -> None:
     """A device or a pipe (here a FIFO and a link to it, made in the test's folder) is
     refused before anything is sent: its reads would overrun the declared length."""
-    import os
-
-    fifo = tmp_path / "items.csv"
-    os.mkfifo(fifo)
-    link = tmp_path / "link.csv"
-    link.symlink_to(fifo)
+    fifo, link = planted_fifo(tmp_path)
     sent = []
     transport = httpx.MockTransport(lambda request: sent.append(request) or httpx.Response(500))
     client = Client("http://laneway.test", "lw_x", transport=transport)
     for path in (fifo, link, tmp_path):
-        with pytest.raises(ValueError, match="not a regular file"):
+        with within(30), pytest.raises(ValueError, match="not a regular file"):
             client.submit_file(path)
     assert sent == []

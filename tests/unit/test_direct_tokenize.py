@@ -127,6 +127,6 @@ def test_threads_tokenize_side_by_side_without_taking_turns(tokenizer: Any) -> N
 
 
 def test_a_model_tokenizes_directly_unless_it_needs_offsets() -> None:
-    from inference import Encoder
+    from inference.encoder import Encoder
 
     assert Encoder(batch_size=4).direct is not None

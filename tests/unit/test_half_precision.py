@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from core.vocab import DEFAULT_LABELS
-from inference import Encoder
+from inference.encoder import Encoder
 from inference.pipeline import Pipeline
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "customer_messages.csv"

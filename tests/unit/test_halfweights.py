@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from core.config.settings import Settings
-from inference import Encoder, halfweights
+from inference import halfweights
 from inference.accuracy import load_checked, load_sample
+from inference.encoder import Encoder
 from inference.seqcls import SequenceClassifier
 from tests.tiny_models import make_seqcls_model
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from inference import Encoder, Pipeline
+from inference.encoder import Encoder
+from inference.pipeline import Pipeline
 from inference.text import clean
 
 

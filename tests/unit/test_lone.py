@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from core.config.settings import Settings, SettingsError
-from inference import Encoder
 from inference import lone as lone_module
+from inference.encoder import Encoder
 from inference.lone import OnnxSingleText
 from tests.unit.test_packed import TEXTS as PACKED_TEXTS
 

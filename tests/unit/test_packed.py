@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inference import Encoder
 from inference import precision as prec
+from inference.encoder import Encoder
 from inference.packed import PackedBert
 
 pytestmark = pytest.mark.slow  # loads the model and runs both forwards for seconds

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from core.util.jsoncodec import dumps
-from inference import Encoder
+from inference.encoder import Encoder
 from inference.ner import TokenClassifier
 from inference.pipeline import Pipeline, merge_entities
 from inference.seqcls import SequenceClassifier

@@ -11,9 +11,10 @@ import torch
 
 from core.config.settings import Settings
 from core.vocab import DEFAULT_LABELS, PRECISIONS
-from inference import Encoder, accuracy, halfweights
+from inference import accuracy, halfweights
 from inference import precision as prec
 from inference.accuracy import Tolerance, compare, load_checked, load_sample
+from inference.encoder import Encoder
 from inference.ner import TokenClassifier
 from inference.pipeline import Pipeline
 from inference.precision import Choice, choose
