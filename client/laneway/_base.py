@@ -156,9 +156,11 @@ class Counted:
     @classmethod
     def open(cls, path: Path, progress: Callable[[int, int], None] | None) -> Counted:
         """Only a regular file: a device or a pipe has no size to declare (its reads would
-        overrun the Content-Length) and no start to rewind to for a retry."""
-        if not path.is_file():
-            raise ValueError(f"{path} is not a regular file (a device, a pipe or a socket)")
+        overrun the Content-Length) and no start to rewind to for a retry. A path that is
+        not there is open()'s FileNotFoundError, as for any file."""
+        if path.exists() and not path.is_file():
+            what = "a folder" if path.is_dir() else "a device, a pipe or a socket"
+            raise ValueError(f"{path} is not a regular file ({what})")
         return cls(path.open("rb"), path.stat().st_size, progress)
 
     def read(self, size: int = -1) -> bytes:

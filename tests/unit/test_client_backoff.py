@@ -204,4 +204,6 @@ def test_an_upload_is_read_from_a_regular_file_only(tmp_path) -> None:
     for path in (fifo, link, tmp_path):
         with within(30), pytest.raises(ValueError, match="not a regular file"):
             client.submit_file(path)
+    with pytest.raises(FileNotFoundError):  # a path that is not there, as open() says it
+        client.submit_file(tmp_path / "missing.csv")
     assert sent == []
