@@ -69,18 +69,21 @@ def process_settings() -> Settings:
     return settings
 
 
-# Signals `laneway` passes on to its child. A container's runtime (docker stop, a pod's
-# termination) sends SIGTERM to PID 1 alone: without this, laneway would die and the
-# celery or gunicorn child would be killed later without its warm shutdown. A terminal's
-# Ctrl-C already reaches the whole process group, so SIGINT is not passed on (a second
-# SIGINT makes a celery worker's shutdown cold); a second SIGTERM changes nothing.
-FORWARDED_SIGNALS = (signal.SIGTERM,)
+# Signals `laneway` passes on to its child, which runs in a session of its own so that each
+# reaches it exactly once. A container's runtime (docker stop, a pod's termination) sends
+# SIGTERM to PID 1 alone: without the forward, laneway would die and the celery or gunicorn
+# child would be killed without its warm shutdown. A signal to laneway's whole process group
+# (a terminal's Ctrl-C, `kill -- -PGID`, a supervisor stopping a group) would otherwise reach
+# the child twice, itself and forwarded: a second SIGINT makes a celery worker's shutdown
+# cold, and a second SIGTERM that lands while the child's Python is finalizing (its handlers
+# back at the default) kills it with status 143 instead of its clean 0.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 def run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Run one process in the foreground, keeping the embedded Redis alive around it;
-    SIGTERM is passed on to it, and its exit status is returned (128 + N if signal N
-    ended it, as a shell reports)."""
+    FORWARDED_SIGNALS are passed on to it, and its exit status is returned (128 + N if
+    signal N ended it, as a shell reports)."""
     from core.store.redis_conn import embedded_redis
     from fleet.lifeline import die_with_parent
 
@@ -98,15 +101,14 @@ def run_child(argv: list[str], env: dict[str, str] | None = None) -> int:
         with embedded_redis(cli_settings()):
             # The child dies with laneway, should laneway be killed (fleet/lifeline.py).
             full_env = {**os.environ, **(env or {})}
-            child.append(subprocess.Popen(argv, env=full_env, preexec_fn=die_with_parent()))
+            child.append(
+                subprocess.Popen(
+                    argv, env=full_env, preexec_fn=die_with_parent(), start_new_session=True
+                )
+            )
             for signum in pending:
                 child[0].send_signal(signum)
-            while True:
-                try:
-                    code = child[0].wait()
-                    break
-                except KeyboardInterrupt:
-                    continue  # the child got the same SIGINT: wait for its own shutdown
+            code = child[0].wait()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

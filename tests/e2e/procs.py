@@ -68,8 +68,8 @@ class Proc:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         else:
-            # The leader is gone; a child it left in its group (a celery worker under
-            # `laneway worker`) must go too.
+            # The leader is gone; a process it left in its group must go too. (`laneway`'s
+            # own child, in a session of its own, died with it: fleet/lifeline.py.)
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -1,12 +1,15 @@
 """SIGTERM to `laneway worker` alone (what `docker stop` and a pod's termination send to
 PID 1) reaches its celery worker: the chunk it is running finishes and is acked, the
-worker takes nothing more, and laneway exits with the worker's status."""
+worker takes nothing more, and laneway exits with the worker's status. The child runs in
+a session of its own, so a signal to laneway's whole process group reaches it once, passed
+on by laneway (a terminal's Ctrl-C: the shutdown stays warm)."""
 
 from __future__ import annotations
 
 import os
 import signal
 
+import psutil
 import pytest
 import redis
 from sqlalchemy import select
@@ -43,12 +46,13 @@ def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_fa
                  report=lambda: job_report(settings, job_id))  # fmt: skip
         wait_running_chunk(settings, job_id, [worker])
 
+        celery = child_pid(worker.proc.pid)
         os.kill(worker.proc.pid, signal.SIGTERM)  # laneway alone, not its process group
         wait_for(lambda: "Warm shutdown" in worker.log.read_text(), 30,
                  "the celery worker to begin its warm shutdown", [worker])  # fmt: skip
         stall.unlink()  # the chunk it runs may now finish
         code = worker.proc.wait(60)
-        wait_for(lambda: group_gone(worker.proc.pid), 30, "the celery worker to exit")
+        wait_for(lambda: group_gone(celery), 30, "the celery worker and its pool to exit")
     finally:
         stall.unlink(missing_ok=True)
         worker.stop()
@@ -66,6 +70,13 @@ def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_fa
         assert session.get(Job, job_id).status == "succeeded"
 
 
+def child_pid(pid: int) -> int:
+    """The one child `laneway` runs, the leader of its own session and process group."""
+    (child,) = psutil.Process(pid).children()
+    assert os.getpgid(child.pid) == child.pid != os.getpgid(pid)
+    return child.pid
+
+
 def group_gone(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -74,12 +85,32 @@ def group_gone(pgid: int) -> bool:
     return False
 
 
+def test_ctrl_c_to_laneway_worker_stops_it_warm_not_cold(settings, migrated, tmp_path):
+    """Ctrl-C sends SIGINT to the terminal's whole process group. laneway's child lives in a
+    session of its own (so that a group's SIGTERM reaches it once, not also forwarded):
+    laneway passes SIGINT on, once. A second SIGINT would make the shutdown cold."""
+    worker = cpu_worker(tmp_path, "worker-ctrl-c")
+    try:
+        celery = child_pid(worker.proc.pid)
+        os.killpg(worker.proc.pid, signal.SIGINT)
+        code = worker.proc.wait(60)
+        wait_for(lambda: group_gone(celery), 30, "the celery worker and its pool to exit")
+    finally:
+        worker.stop()
+    log = worker.log.read_text()
+    # It exited of itself, not killed by a signal (laneway reports those as 128 + N); celery
+    # ends a worker stopped by SIGINT with status 1 by its own design.
+    assert code == 1, worker.tail()
+    assert "Warm shutdown" in log and "Cold shutdown" not in log, worker.tail()
+
+
 def test_sigterm_to_laneway_web_stops_gunicorn(tmp_path):
     web, _ = start_web(tmp_path)
+    gunicorn = child_pid(web.proc.pid)
     os.kill(web.proc.pid, signal.SIGTERM)  # laneway alone
     try:
         code = web.proc.wait(30)
-        wait_for(lambda: group_gone(web.proc.pid), 30, "gunicorn and its workers to exit")
+        wait_for(lambda: group_gone(gunicorn), 30, "gunicorn and its workers to exit")
     finally:
         web.stop()
     assert code == 0, web.tail()
