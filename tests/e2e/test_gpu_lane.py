@@ -232,11 +232,16 @@ def test_scale_downs_in_the_middle_of_a_stream_of_jobs_lose_nothing(
 ):
     started = now_db(settings)
     account, _ = account_factory("enterprise")
+    # Each job one chunk (48 items: past the gpu lane's threshold of 40), so that the lane's
+    # depth, and the workers each scale-up starts, is one: the stream is about the lane
+    # leaving zero and going back, which one worker shows. (Two at once, the idle one
+    # stopped and the busy one kept, is the test above.)
+    one_chunk = settings.replace(chunk_size=48)
     jobs = []
     for n in range(4):  # each way of arriving twice
         items = [(f"s{n}-{i}", f"the parcel {i} of order {n} is late") for i in range(48)]
         submitted = now_db(settings)
-        jobs.append(submit_job(account, items, settings=settings).id)
+        jobs.append(submit_job(account, items, settings=one_chunk).id)
         assert wait_final(settings, jobs[-1], 240, fleet) == "succeeded"
         if n % 2 == 0:
             # The next job arrives the moment beat has told the lane's worker to stop: it

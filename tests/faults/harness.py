@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from core.util.faults import stall_file
 from core.vocab import STALL_MARKER
 from db.models import Chunk, Job, JobEvent, Result
 from db.session import session_scope
@@ -83,6 +84,26 @@ def wait_running_chunk(settings, job_id, procs) -> int:
             )
 
     return wait_for(running, 60, "a chunk to start", procs)
+
+
+# A worker that holds a marked chunk in its model stage while the stall file exists.
+HOLDS = {"LANEWAY_FAULTS": "stall"}
+
+
+def submit_held(settings, account, n: int, held: int = 0) -> uuid.UUID:
+    """A job of n short texts whose item `held` holds its chunk in the model stage, on a
+    worker with HOLDS, until the test removes stall_file(settings) (made here)."""
+    stall_file(settings).touch()
+    return submit_job(account, stall_items(n, held), settings=settings).id
+
+
+def wait_held_chunk(settings, job_id, proc) -> int:
+    """Wait until `proc` (one chunk at a time) holds the job's marked chunk in its model
+    stage; return that chunk's id. Killed now, it dies mid-chunk for certain, however fast
+    the CPU runs the chunks before it."""
+    wait_for(lambda: "stalling the model stage" in proc.log.read_text(), 60,
+             "the marked chunk to be held", [proc])  # fmt: skip
+    return wait_running_chunk(settings, job_id, [proc])
 
 
 def wait_under_way(settings, job_id, procs, queued: int = 2) -> None:

@@ -9,18 +9,20 @@ import signal
 
 import pytest
 
+from core.util.faults import stall_file
 from tests.e2e.procs import BIN, start_worker
 from tests.faults.harness import (
     FAST,
+    HOLDS,
     QUICK_DEATH,
     RECOVERY_DEADLINE,
     assert_exactly_one_result_each,
     beat,
     cpu_worker,
     events,
-    submit,
+    submit_held,
     wait_final,
-    wait_running_chunk,
+    wait_held_chunk,
 )
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.e2e
 
 def test_two_beats_recover_a_killed_worker_once(settings, migrated, account_factory, tmp_path):
     account, _ = account_factory("trial")
-    job_id = submit(settings, account, 64)  # 4 chunks of 16
+    job_id = submit_held(settings, account, 64)  # 4 chunks of 16, the first held
     # Each beat keeps its own schedule file under its own LANEWAY_HOME.
     beats = [
         beat(tmp_path, f"beat{i}", {**QUICK_DEATH, "LANEWAY_HOME": str(tmp_path / f"b{i}")})
@@ -41,11 +43,12 @@ def test_two_beats_recover_a_killed_worker_once(settings, migrated, account_fact
         env={**FAST, **QUICK_DEATH},
         models=False,
     )
-    victim = cpu_worker(tmp_path, "victim", env=QUICK_DEATH)
+    victim = cpu_worker(tmp_path, "victim", env={**QUICK_DEATH, **HOLDS})
 
-    killed_chunk = wait_running_chunk(settings, job_id, [victim])
+    killed_chunk = wait_held_chunk(settings, job_id, victim)
     os.killpg(victim.proc.pid, signal.SIGKILL)
     victim.proc.wait()
+    stall_file(settings).unlink()
     survivor = cpu_worker(tmp_path, "survivor", env=QUICK_DEATH)
     procs = [*beats, maintenance, survivor]
     try:

@@ -10,16 +10,18 @@ import time
 
 import pytest
 
+from core.util.faults import stall_file
 from tests.faults.harness import (
+    HOLDS,
     QUICK_DEATH,
     RECOVERY_DEADLINE,
     assert_exactly_one_result_each,
     beat,
     cpu_worker,
     events,
-    submit,
+    submit_held,
     wait_final,
-    wait_running_chunk,
+    wait_held_chunk,
 )
 
 pytestmark = pytest.mark.e2e
@@ -28,12 +30,13 @@ pytestmark = pytest.mark.e2e
 def test_sigkill_mid_chunk_loses_nothing(lanes, migrated, account_factory, tmp_path):
     settings = lanes
     account, _ = account_factory("trial")
-    job_id = submit(settings, account, 48)  # 3 chunks of 16
-    victim = cpu_worker(tmp_path, "victim", env=QUICK_DEATH)
+    job_id = submit_held(settings, account, 48)  # 3 chunks of 16, the first held
+    victim = cpu_worker(tmp_path, "victim", env={**QUICK_DEATH, **HOLDS})
 
-    killed_chunk = wait_running_chunk(settings, job_id, [victim])
-    os.killpg(victim.proc.pid, signal.SIGKILL)  # parent and child: no warm shutdown
+    killed_chunk = wait_held_chunk(settings, job_id, victim)
+    os.killpg(victim.proc.pid, signal.SIGKILL)  # laneway, and with it its worker: no warm shutdown
     victim.proc.wait()
+    stall_file(settings).unlink()  # (the survivor holds nothing: it runs without the fault)
 
     scheduler = beat(tmp_path, env=QUICK_DEATH)
     # The same node name, a new process.
