@@ -10,12 +10,19 @@ where it gives exactly what transformers' call gives (a probe of texts compared 
 token when it is built): otherwise `build` answers None and the caller tokenizes through
 transformers.
 
-Its copy is never changed after it is built, so threads may encode through it side by
-side without taking turns.
+A BERT tokenizer's normalizer (BertNormalizer) walks every character keeping each one's
+alignment, in several passes: much of the encoding's time on short texts. On an
+ASCII text without control characters all it does is lowercase (on an uncased model):
+such texts go to a second copy of the core whose normalizer only lowercases (`plain`),
+the rest to the whole core. The probe checks both paths.
+
+Its copies are never changed after they are built, so threads may encode through them side
+by side without taking turns.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from itertools import chain
@@ -40,16 +47,24 @@ PROBE = (
     "tab\tand\nnewline  double  space",
     "word " * 700,
     "x" * 3000,
+    "Ctrl\x01chars\x00in\x7fA\x0bWORD\x0c and\ttab\nline\rreturn\x1c\x1f end",
 )
+
+# ASCII's control characters, but for tab, newline and carriage return (whitespace to
+# BertNormalizer): a text with one goes through the whole core.
+_ASCII_CONTROLS = {c: None for c in (*range(32), 127) if chr(c) not in "\t\n\r"}
 
 
 class Direct:
     """The tokenizer's Rust core, set to truncate at `max_length`, for whole chunks."""
 
-    def __init__(self, core: Any, names: Sequence[str], pad_id: int) -> None:
+    def __init__(self, core: Any, names: Sequence[str], pad_id: int, plain: Any = None) -> None:
+        """`plain`: the core for plain texts (`plain_core`), or None: every text through
+        `core`."""
         self.core = core
         self.names = tuple(names)
         self.pad_id = pad_id
+        self.plain = plain
         # Single texts' type ids are the template's constants, zero in every BERT-like
         # template: read once here, then (checked by the probe) never per text.
         self.zero_types = all(
@@ -73,16 +88,22 @@ class Direct:
             or not set(names) <= {"input_ids", "token_type_ids", "attention_mask"}
         ):
             return None
-        core = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        spec = tokenizer.backend_tokenizer.to_str()
+        core = Tokenizer.from_str(spec)
         core.enable_truncation(max_length)
         core.no_padding()
-        direct = cls(core, names, int(tokenizer.pad_token_id))
-        try:
-            same = direct._agrees(tokenizer, max_length)
-        except Exception as exc:  # noqa: BLE001 - any surprise: transformers' call stays
-            log.warning("direct tokenizing not used: %s", exc)
-            return None
-        return direct if same else None
+        pad_id = int(tokenizer.pad_token_id)
+        # With the plain core where there is one; if that disagrees, without it.
+        plain = plain_core(spec, max_length)
+        for candidate in (plain, None) if plain is not None else (None,):
+            direct = cls(core, names, pad_id, candidate)
+            try:
+                if direct._agrees(tokenizer, max_length):
+                    return direct
+            except Exception as exc:  # noqa: BLE001 - any surprise: transformers' call stays
+                log.warning("direct tokenizing not used: %s", exc)
+                return None
+        return None
 
     def _agrees(self, tokenizer: Any, max_length: int) -> bool:
         """True when every probe text, alone and all together, tokenizes as transformers'
@@ -102,7 +123,7 @@ class Direct:
     ) -> list[tuple[list[int], dict[str, torch.Tensor]]]:
         """The texts in `order`, tokenized, in micro-batches of `batch_size`, each padded to
         its longest text: (the input positions it holds, its tensors)."""
-        encodings = self.core.encode_batch_fast([texts[i] for i in order])
+        encodings = self._encode([texts[i] for i in order])
         ids = [e.ids for e in encodings]
         typed = "token_type_ids" in self.names and not self.zero_types
         types = [e.type_ids for e in encodings] if typed else []
@@ -128,3 +149,46 @@ class Direct:
                 tensors[name] = torch.from_numpy(grid)
             out.append((list(order[begin : begin + batch_size]), tensors))
         return out
+
+    def _encode(self, texts: list[str]) -> list[Any]:
+        """Each text's encoding, in order: plain texts through the plain core."""
+        if self.plain is None:
+            return self.core.encode_batch_fast(texts)
+        simple = [plain_text(t) for t in texts]
+        if all(simple):
+            return self.plain.encode_batch_fast(texts)
+        out: list[Any] = [None] * len(texts)
+        for wanted, core in ((True, self.plain), (False, self.core)):
+            places = [i for i, s in enumerate(simple) if s is wanted]
+            if places:
+                encoded = core.encode_batch_fast([texts[i] for i in places])
+                for i, encoding in zip(places, encoded, strict=True):
+                    out[i] = encoding
+        return out
+
+
+def plain_text(text: str) -> bool:
+    """ASCII without control characters (tab, newline and return allowed): a text that
+    BertNormalizer, at most, lowercases."""
+    return text.isascii() and len(text.translate(_ASCII_CONTROLS)) == len(text)
+
+
+def plain_core(spec: str, max_length: int) -> Any | None:
+    """For a tokenizer (its JSON `spec`) whose normalizer is BertNormalizer: a copy whose
+    normalizer only lowercases where BertNormalizer does (or none), for plain texts. The
+    rest of what BertNormalizer does (control characters, accents, spacing around CJK
+    characters) changes nothing in them, and the special tokens are still matched before
+    it, as in the whole core. None for any other normalizer."""
+    from tokenizers import Tokenizer, normalizers
+
+    raw = json.loads(spec)
+    normalizer = raw.get("normalizer") or {}
+    if normalizer.get("type") != "BertNormalizer":
+        return None
+    raw["normalizer"] = None
+    plain = Tokenizer.from_str(json.dumps(raw))
+    if normalizer.get("lowercase", True):
+        plain.normalizer = normalizers.Lowercase()
+    plain.enable_truncation(max_length)
+    plain.no_padding()
+    return plain

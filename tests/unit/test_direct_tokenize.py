@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from inference.batching import prepare
 from inference.encoder import default_model_path
-from inference.tokenize import Direct
+from inference.tokenize import Direct, plain_core, plain_text
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,64 @@ def test_any_texts_tokenize_as_transformers_tokenizes_them(
     direct = Direct.build(tokenizer, max_length)
     assert direct is not None
     assert_prepared_alike(tokenizer, direct, texts, size)
+
+
+# ASCII texts, most of them plain (the plain core's), some with a control character or a
+# special token's spelling in any case, mixed with texts beyond ASCII (the whole core's).
+ASCII = st.text(st.characters(max_codepoint=127), max_size=200)
+SPELLINGS = st.sampled_from(["[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "[cls]", "[Sep]"])
+MIXED = st.one_of(
+    ASCII,
+    st.lists(st.one_of(ASCII, SPELLINGS), max_size=6).map(" ".join),
+    st.lists(st.one_of(ASCII, SPELLINGS), max_size=6).map("".join),
+    st.text(max_size=60),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(texts=st.lists(MIXED, min_size=1, max_size=40), size=st.integers(1, 16))
+def test_plain_and_other_texts_in_one_chunk_tokenize_as_transformers_tokenizes_them(
+    tokenizer: Any, texts: list[str], size: int
+) -> None:
+    direct = Direct.build(tokenizer, 64)
+    assert direct is not None and direct.plain is not None
+    assert_prepared_alike(tokenizer, direct, texts, size)
+
+
+def test_only_ascii_without_control_characters_is_plain() -> None:
+    assert plain_text("Refund ORDER #12, please!\tnow\n\r[CLS]")
+    assert plain_text("")
+    assert not plain_text("caf\u00e9")
+    assert not plain_text("a\x00b") and not plain_text("a\x0bb") and not plain_text("a\x7f")
+
+
+def test_a_tokenizer_without_bert_s_normalizer_has_no_plain_core(tokenizer: Any) -> None:
+    import json
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    assert plain_core(json.dumps(spec), 32) is not None
+    spec["normalizer"] = {"type": "NFKC"}
+    assert plain_core(json.dumps(spec), 32) is None
+    spec["normalizer"] = None
+    assert plain_core(json.dumps(spec), 32) is None
+
+
+def test_a_plain_core_that_disagrees_is_left_out_and_the_direct_path_kept(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import inference.tokenize as tokenize
+
+    real = tokenize.plain_core
+
+    def not_lowercasing(spec: str, max_length: int) -> Any:
+        core = real(spec, max_length)
+        core.normalizer = None  # no lowercasing: "Hello" is not "hello" to this vocabulary
+        return core
+
+    monkeypatch.setattr(tokenize, "plain_core", not_lowercasing)
+    direct = Direct.build(tokenizer, 32)
+    assert direct is not None and direct.plain is None
+    assert_prepared_alike(tokenizer, direct, ["Hello World", "caf\u00e9 OK"], 2)
 
 
 def test_long_texts_are_cut_at_max_length_with_their_special_tokens(tokenizer: Any) -> None:
