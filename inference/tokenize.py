@@ -11,10 +11,11 @@ token when it is built): otherwise `build` answers None and the caller tokenizes
 transformers.
 
 A BERT tokenizer's normalizer (BertNormalizer) walks every character keeping each one's
-alignment, in several passes: much of the encoding's time on short texts. On an
-ASCII text without control characters all it does is lowercase (on an uncased model):
-such texts go to a second copy of the core whose normalizer only lowercases (`plain`),
-the rest to the whole core. The probe checks both paths.
+alignment, in several passes: much of the encoding's time on short texts. On an ASCII text
+without control characters the only change it makes that reaches the tokens is lowercase
+(on an uncased model; tab, newline and return become spaces, which the pre-tokenizer splits
+on either way): such texts go to a second copy of the core whose normalizer only
+lowercases (`plain`), the rest to the whole core. The probe checks both paths.
 
 Its copies are never changed after they are built, so threads may encode through them side
 by side without taking turns.
