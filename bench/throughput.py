@@ -331,6 +331,18 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",") if n.strip()]
+    # Refused before any work: a reduced precision is the baseline only once it passes the
+    # accuracy check against fp32, which must therefore run too.
+    offered = cpu_precisions()
+    wanted = [p.strip() for p in args.precisions.split(",") if p.strip()] or list(offered)
+    unknown = [p for p in wanted if p not in offered]
+    if unknown:
+        raise SystemExit(f"this CPU does not offer {unknown} natively; it offers {list(offered)}")
+    if "fp32" not in wanted:
+        parser.error(
+            f"--precisions {args.precisions}: add fp32, which the others are checked against "
+            "before one can be the baseline"
+        )
 
     from core.config.settings import get_settings
     from core.store.redis_conn import embedded_redis
@@ -341,11 +353,6 @@ def main() -> None:
     texts = load_texts(args.items)
     labels = list(settings.default_labels)
     half = len(texts) // 2
-    offered = cpu_precisions()
-    wanted = [p.strip() for p in args.precisions.split(",") if p.strip()] or list(offered)
-    unknown = [p for p in wanted if p not in offered]
-    if unknown:
-        raise SystemExit(f"this CPU does not offer {unknown} natively; it offers {list(offered)}")
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     bares = {
         p: Bare(args.threads, labels, sizes, texts[:1000], args.task, offered[p]) for p in wanted

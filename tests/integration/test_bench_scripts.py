@@ -62,6 +62,19 @@ def test_a_production_worker_does_not_load_the_naive_task():
     assert registered == "True False"  # the real tasks are there; the naive one is not
 
 
+def test_throughput_without_fp32_is_refused_before_any_work(tmp_path):
+    """A reduced precision is the baseline only once checked against fp32: without fp32 the
+    run failed after the whole fleet run, on an empty list. Refused now before any work: a
+    database that cannot be reached is never asked."""
+    argv = [sys.executable, str(ROOT / "bench" / "throughput.py"), "--precisions", "bf16"]
+    unreachable = {**os.environ, "LANEWAY_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env=unreachable)  # fmt: skip
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    # By name on any CPU: where this CPU offers bf16, fp32 is missing; elsewhere, bf16 is.
+    assert "add fp32" in done.stderr or "does not offer ['bf16']" in done.stderr, done.stderr
+
+
 def test_the_benchmarks_worker_includes_the_naive_task(monkeypatch, tmp_path):
     from core.config.settings import Settings
 
