@@ -11,11 +11,10 @@ token when it is built): otherwise `build` answers None and the caller tokenizes
 transformers.
 
 A BERT tokenizer's normalizer (BertNormalizer) walks every character keeping each one's
-alignment, in several passes: much of the encoding's time on short texts. On an ASCII text
-without control characters the only change it makes that reaches the tokens is lowercase
-(on an uncased model; tab, newline and return become spaces, which the pre-tokenizer splits
-on either way): such texts go to a second copy of the core whose normalizer only
-lowercases (`plain`), the rest to the whole core. The probe checks both paths.
+alignment, in several passes: much of the encoding's time on short texts. On a text of
+printable ASCII all it does is lowercase (on an uncased model): such texts go to a second
+copy of the core whose normalizer only lowercases (`plain`), the rest to the whole core.
+The probe checks both paths.
 
 Its copies are never changed after they are built, so threads may encode through them side
 by side without taking turns.
@@ -51,9 +50,9 @@ PROBE = (
     "Ctrl\x01chars\x00in\x7fA\x0bWORD\x0c and\ttab\nline\rreturn\x1c\x1f end",
 )
 
-# ASCII's control characters, but for tab, newline and carriage return (whitespace to
-# BertNormalizer): a text with one goes through the whole core.
-_ASCII_CONTROLS = {c: None for c in (*range(32), 127) if chr(c) not in "\t\n\r"}
+# ASCII's control characters, tab, newline and return among them (BertNormalizer drops the
+# others and makes those spaces): a text with one goes through the whole core.
+_ASCII_CONTROLS = dict.fromkeys((*range(32), 127))
 
 
 class Direct:
@@ -169,7 +168,7 @@ class Direct:
 
 
 def plain_text(text: str) -> bool:
-    """ASCII without control characters (tab, newline and return allowed): a text that
+    """Printable ASCII (no control character, tab and newline included): a text that
     BertNormalizer, at most, lowercases."""
     return text.isascii() and len(text.translate(_ASCII_CONTROLS)) == len(text)
 
@@ -177,9 +176,10 @@ def plain_text(text: str) -> bool:
 def plain_core(spec: str, max_length: int) -> Any | None:
     """For a tokenizer (its JSON `spec`) whose normalizer is BertNormalizer: a copy whose
     normalizer only lowercases where BertNormalizer does (or none), for plain texts. The
-    rest of what BertNormalizer does (control characters, accents, spacing around CJK
-    characters) changes nothing in them, and the special tokens are still matched before
-    it, as in the whole core. None for any other normalizer."""
+    rest of what BertNormalizer does (control characters and whitespace, accents, spacing
+    around CJK characters) changes nothing in them, and added tokens are matched as in the
+    whole core: before the normalizer, or after it on the same lowercased text. None for
+    any other normalizer."""
     from tokenizers import Tokenizer, normalizers
 
     raw = json.loads(spec)

@@ -49,8 +49,9 @@ def test_any_texts_tokenize_as_transformers_tokenizes_them(
     assert_prepared_alike(tokenizer, direct, texts, size)
 
 
-# ASCII texts, most of them plain (the plain core's), some with a control character or a
-# special token's spelling in any case, mixed with texts beyond ASCII (the whole core's).
+# ASCII texts, most of them plain (the plain core's), some with a control character, tab or
+# newline, or a special token's spelling in any case, mixed with texts beyond ASCII (the
+# whole core's).
 ASCII = st.text(st.characters(max_codepoint=127), max_size=200)
 SPELLINGS = st.sampled_from(["[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]", "[cls]", "[Sep]"])
 MIXED = st.one_of(
@@ -71,11 +72,12 @@ def test_plain_and_other_texts_in_one_chunk_tokenize_as_transformers_tokenizes_t
     assert_prepared_alike(tokenizer, direct, texts, size)
 
 
-def test_only_ascii_without_control_characters_is_plain() -> None:
-    assert plain_text("Refund ORDER #12, please!\tnow\n\r[CLS]")
+def test_only_printable_ascii_is_plain() -> None:
+    assert plain_text("Refund ORDER #12, please! now [CLS] ~`{}")
     assert plain_text("")
     assert not plain_text("caf\u00e9")
     assert not plain_text("a\x00b") and not plain_text("a\x0bb") and not plain_text("a\x7f")
+    assert not plain_text("tab\tnewline") and not plain_text("a\nb") and not plain_text("a\rb")
 
 
 def test_a_tokenizer_without_bert_s_normalizer_has_no_plain_core(tokenizer: Any) -> None:
