@@ -20,11 +20,12 @@ from db.models import Chunk, Job
 from db.session import session_scope
 from tests.e2e.procs import start_web, wait_for
 from tests.faults.harness import (
+    HOLDS,
     assert_exactly_one_result_each,
     chunk_states,
     cpu_worker,
     job_report,
-    stall_items,
+    submit_held,
     wait_running_chunk,
 )
 
@@ -32,15 +33,11 @@ pytestmark = pytest.mark.e2e
 
 
 def test_sigterm_to_laneway_stops_its_worker_warm(settings, migrated, account_factory, tmp_path):
-    from jobs.submit import submit_job
-
     account, _ = account_factory("trial")
-    items = stall_items(32, stalled=20)  # two chunks of 16: the second is held
     stall = stall_file(settings)
-    stall.touch()
-    worker = cpu_worker(tmp_path, "worker", env={"LANEWAY_FAULTS": "stall"})
+    worker = cpu_worker(tmp_path, "worker", env=HOLDS)
     try:
-        job_id = submit_job(account, items, settings=settings).id
+        job_id = submit_held(settings, account, 32, held=20)  # two chunks of 16: the second held
         wait_for(lambda: chunk_states(settings, job_id) == ["done", "running"], 60,
                  "the second chunk to run (stalled)", [worker],
                  report=lambda: job_report(settings, job_id))  # fmt: skip
