@@ -3,7 +3,8 @@
 A batch of texts is padded to its longest, and transformers' BertModel runs every layer on
 every position: in a batch of short, uneven texts about half the positions are padding.
 `PackedBert` runs the same weights on the real tokens alone, packed into one (tokens,
-hidden) matrix: the projections and the feed-forward layers see no padding, and each text's
+hidden) matrix: the embeddings, the projections and the feed-forward layers see no padding,
+and each text's
 attention runs over its own tokens, without a mask (one attention over the padded batch
 costs more than all the products: the kernel is slow for short heads). The three attention
 projections run as one product. On a CPU in bf16 the products use oneDNN with the weights
@@ -96,6 +97,12 @@ class PackedBert:
     def __init__(self, model: Any, prepack: bool, half: bool = False) -> None:
         config = model.config
         self.embeddings = model.embeddings
+        # Each position's embedding plus type 0's, summed once: what every token of a single
+        # text adds to its word's embedding.
+        self.type0_positions = (
+            self.embeddings.position_embeddings.weight
+            + self.embeddings.token_type_embeddings.weight[0]
+        ).detach()
         self.heads = int(config.num_attention_heads)
         self.hidden = int(config.hidden_size)
         self.head_size = self.hidden // self.heads
@@ -218,21 +225,34 @@ class PackedBert:
         real = mask.reshape(-1).nonzero().squeeze(1)  # the real tokens' places in batch*length
         counts = mask.sum(1)
         spans = counts.tolist()
-        embedded = self.embeddings(
-            input_ids=inputs["input_ids"], token_type_ids=inputs.get("token_type_ids")
-        )
-        h = embedded.reshape(batch * length, self.hidden).float()
+        h = self._embedded(inputs, real, length).float()
         tokens = real.numel()
-        if tokens != batch * length:
-            h = h.index_select(0, real)
         rows = padded_rows(tokens)
-        if rows > tokens:
+        if self.layers and rows > tokens:
             h = torch.cat([h, h.new_zeros(rows - tokens, self.hidden)])
         for layer in self.layers:
             h = self._layer(layer, h, spans)
         pooled = torch.zeros(batch, self.hidden, dtype=torch.float32)
         pooled.index_add_(0, torch.div(real, length, rounding_mode="floor"), h[:tokens])
         return pooled / counts.unsqueeze(1).clamp(min=1)
+
+    def _embedded(
+        self, inputs: dict[str, torch.Tensor], real: torch.Tensor, length: int
+    ) -> torch.Tensor:
+        """(tokens, hidden): BertEmbeddings' output for the real tokens alone (at places
+        `real` of the flattened batch of width `length`). A token's position is its column,
+        as BertEmbeddings numbers them; with every type id zero (single texts), the type's
+        row is already in `type0_positions`: one gather and one sum fewer per token."""
+        embeddings = self.embeddings
+        positions = real % length
+        h = embeddings.word_embeddings(inputs["input_ids"].reshape(-1).index_select(0, real))
+        types = inputs.get("token_type_ids")
+        if types is None or not bool(types.any()):
+            h += F.embedding(positions, self.type0_positions)
+        else:
+            h += embeddings.token_type_embeddings(types.reshape(-1).index_select(0, real))
+            h += embeddings.position_embeddings(positions)
+        return embeddings.LayerNorm(h)
 
     def _layer(self, layer: _Layer, h: torch.Tensor, spans: list[int]) -> torch.Tensor:
         qkv = layer.qkv(h)

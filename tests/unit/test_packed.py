@@ -117,3 +117,56 @@ def test_token_rows_round_up_to_few_shapes_and_little_waste():
     assert rows[:15] == list(range(1, 16))  # a lone short text runs as it is
     assert rows == sorted(rows)
     assert len(set(rows)) < 130  # a shape per step, eight steps per power of two
+
+
+def transformers_pooled(model, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    with torch.inference_mode():
+        hidden = model(**inputs).last_hidden_state.float()
+    weights = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    return (hidden * weights).sum(1) / weights.sum(1)
+
+
+@pytest.mark.parametrize("without_layers", [False, True])
+def test_embeddings_of_pairs_padding_and_missing_type_ids_match_transformers(
+    fp32_pair, without_layers
+):
+    """PackedBert embeds the real tokens alone (a type's and a position's rows summed once
+    for single texts): text pairs (second-segment type ids), left and right padding, and
+    inputs without type ids must still give transformers' vectors; so must a BERT without
+    layers (the control-plane benchmark's near-free model)."""
+    from transformers import BertModel
+
+    eager, _ = fp32_pair
+    model = eager.model
+    if without_layers:
+        config = model.config.__class__.from_dict(
+            {**model.config.to_dict(), "num_hidden_layers": 0}
+        )
+        model = BertModel(config).eval()
+        torch.manual_seed(1)
+        with torch.no_grad():  # type rows far apart, so that a wrong type's row shows
+            model.embeddings.token_type_embeddings.weight.normal_(0, 1)
+    packed = PackedBert.build(model, torch.device("cpu"), False)
+    assert packed is not None and len(packed.layers) == (0 if without_layers else 6)
+    pairs = eager.tokenizer(
+        ["login fails", "My card was charged twice for the same order.", "ok"],
+        ["since yesterday", "Refund please", "a second segment much longer than its first"],
+        padding=True,
+        return_tensors="pt",
+    )
+    assert pairs["token_type_ids"].any()
+    inputs = [dict(pairs), {k: v for k, v in pairs.items() if k != "token_type_ids"}]
+    left = eager.tokenizer(TEXTS[1:5], padding=True, return_tensors="pt")
+    width = left["input_ids"].shape[1]
+    lengths = left["attention_mask"].sum(1)
+    inputs.append(
+        {  # each row's tokens moved to its end: padding on the left
+            name: torch.stack([row.roll(int(width - n)) for row, n in zip(v, lengths, strict=True)])
+            for name, v in left.items()
+        }
+    )
+    for batch in inputs:
+        want = transformers_pooled(model, batch)
+        with torch.inference_mode():
+            got = packed.mean_pooled(batch)
+        assert (want - got).abs().max().item() < 1e-5
