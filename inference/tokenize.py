@@ -16,6 +16,16 @@ printable ASCII all it does is lowercase (on an uncased model): such texts go to
 copy of the core whose normalizer only lowercases (`plain`), the rest to the whole core.
 The probe checks both paths.
 
+Even the plain core costs about a microsecond a token: it splits, looks up and builds an
+encoding object for every word of every text, with no memory of words it has seen. Words
+repeat (a chunk of customer messages uses a few thousand distinct words), so plain texts
+go, where the tokenizer is a plain BERT one (`Words.build`), through a cache of each
+word's pieces: a text is lowercased, split as BertPreTokenizer splits printable ASCII
+(runs of letters and digits, each other character alone), and each word's ids come from
+the cache, or from the core's own WordPiece model the first time; a text that holds an
+added token's spelling goes to the core. A quarter of the core's CPU per text, measured
+(docs/benchmarks.md), and the probe checks it like the rest.
+
 Its copies are never changed after they are built, so threads may encode through them side
 by side without taking turns.
 """
@@ -24,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from itertools import chain
 from typing import Any
@@ -44,23 +55,34 @@ PROBE = (
     "東京で会いましょう。",
     "great product 👍🏽 would buy again!!!",
     "[CLS] [SEP] [PAD] [MASK] <s> </s> <pad>",
+    "Plain [SEP] TEXT with [cls] Spellings",  # plain, yet the word cache's to hand on
     "tab\tand\nnewline  double  space",
     "word " * 700,
     "x" * 3000,
     "Ctrl\x01chars\x00in\x7fA\x0bWORD\x0c and\ttab\nline\rreturn\x1c\x1f end",
+    "Order_#A12-b7 (ref: 9/10) $12.50+tax; me@x.io ~`q` {x}|\\^ done_ " + "ab" * 60,
 )
+# Distinct words the word cache holds before it starts afresh: a few megabytes, many times
+# the words of any chunk of messages (numbers and ids keep adding new ones).
+WORD_CACHE_LIMIT = 100_000
+# BertPreTokenizer's words in lowercased printable ASCII: runs of letters and digits, and
+# each other character but the space alone (ASCII's punctuation is all of those).
+PLAIN_WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9 ]")
 
 
 class Direct:
     """The tokenizer's Rust core, set to truncate at `max_length`, for whole chunks."""
 
-    def __init__(self, core: Any, names: Sequence[str], pad_id: int, plain: Any = None) -> None:
+    def __init__(
+        self, core: Any, names: Sequence[str], pad_id: int, plain: Any = None, words: Any = None
+    ) -> None:
         """`plain`: the core for plain texts (`plain_core`), or None: every text through
-        `core`."""
+        `core`; `words`: plain texts' ids by a cache of words (`Words`), or None."""
         self.core = core
         self.names = tuple(names)
         self.pad_id = pad_id
         self.plain = plain
+        self.words = words
         # Single texts' type ids are the template's constants, zero in every BERT-like
         # template: read once here, then (checked by the probe) never per text.
         self.zero_types = all(
@@ -89,10 +111,13 @@ class Direct:
         core.enable_truncation(max_length)
         core.no_padding()
         pad_id = int(tokenizer.pad_token_id)
-        # With the plain core where there is one; if that disagrees, without it.
+        # With the plain core and the word cache where there are; should either disagree,
+        # without it.
         plain = plain_core(spec, max_length)
-        for candidate in (plain, None) if plain is not None else (None,):
-            direct = cls(core, names, pad_id, candidate)
+        words = Words.build(spec, max_length, plain) if plain is not None else None
+        candidates = [(plain, words), (plain, None), (None, None)]
+        for candidate, cache in dict.fromkeys(candidates):
+            direct = cls(core, names, pad_id, candidate, cache)
             try:
                 if direct._agrees(tokenizer, max_length):
                     return direct
@@ -119,10 +144,12 @@ class Direct:
     ) -> list[tuple[list[int], dict[str, torch.Tensor]]]:
         """The texts in `order`, tokenized, in micro-batches of `batch_size`, each padded to
         its longest text: (the input positions it holds, its tensors)."""
-        encodings = self._encode([texts[i] for i in order])
-        ids = [e.ids for e in encodings]
         typed = "token_type_ids" in self.names and not self.zero_types
-        types = [e.type_ids for e in encodings] if typed else []
+        if typed:
+            encodings = self._encode([texts[i] for i in order])
+            ids, types = [e.ids for e in encodings], [e.type_ids for e in encodings]
+        else:
+            ids, types = self._ids([texts[i] for i in order]), []
         out = []
         for begin in range(0, len(order), batch_size):
             rows = ids[begin : begin + batch_size]
@@ -145,6 +172,18 @@ class Direct:
                 tensors[name] = torch.from_numpy(grid)
             out.append((list(order[begin : begin + batch_size]), tensors))
         return out
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        """Each text's ids, in order: plain texts by the word cache where it takes them."""
+        words = self.words
+        if words is None:
+            return [e.ids for e in self._encode(texts)]
+        out = [words.ids(t) if plain_text(t) else None for t in texts]
+        rest = [i for i, ids in enumerate(out) if ids is None]
+        if rest:
+            for i, encoding in zip(rest, self._encode([texts[i] for i in rest]), strict=True):
+                out[i] = encoding.ids
+        return out  # type: ignore[return-value] - every None was filled
 
     def _encode(self, texts: list[str]) -> list[Any]:
         """Each text's encoding, in order: plain texts through the plain core."""
@@ -189,3 +228,95 @@ def plain_core(spec: str, max_length: int) -> Any | None:
     plain.enable_truncation(max_length)
     plain.no_padding()
     return plain
+
+
+class Words:
+    """Plain texts' ids through a cache of each word's WordPiece ids (see the module's
+    docstring): for a BERT tokenizer alone (BertNormalizer lowercasing, BertPreTokenizer,
+    WordPiece, a template of special tokens around the text, type ids zero), truncated as
+    the core truncates (the text's tokens cut, the template's kept)."""
+
+    def __init__(
+        self, model: Any, first: Sequence[int], last: Sequence[int], room: int, added: Sequence[str]
+    ) -> None:
+        self.model = model  # the core's WordPiece model: a word's pieces the first time
+        self.first, self.last, self.room = list(first), list(last), room
+        # Texts holding an added token's spelling, in any case, go to the core: it matches
+        # those before splitting.
+        self.added = re.compile("|".join(re.escape(a.lower()) for a in added)) if added else None
+        self.cache: dict[str, tuple[int, ...]] = {}
+
+    @classmethod
+    def build(cls, spec: str, max_length: int, plain: Any) -> Words | None:
+        """The word cache for the tokenizer whose JSON is `spec`, its pieces from `plain`'s
+        model; None where the tokenizer is not such a BERT one."""
+        raw = json.loads(spec)
+        normalizer = raw.get("normalizer") or {}
+        if (
+            (raw.get("model") or {}).get("type") != "WordPiece"
+            or raw.get("pre_tokenizer") != {"type": "BertPreTokenizer"}
+            or normalizer.get("type") != "BertNormalizer"
+            or not normalizer.get("lowercase", True)
+        ):
+            return None
+        around = template_ids(raw.get("post_processor") or {})
+        if around is None:
+            return None
+        first, last = around
+        room = max_length - len(first) - len(last)
+        if room < 1:
+            return None
+        added = [token["content"] for token in raw.get("added_tokens") or ()]
+        return cls(plain.model, first, last, room, added)
+
+    def ids(self, text: str) -> list[int] | None:
+        """A plain text's ids, or None for a text the core must take (an added token's
+        spelling in it)."""
+        lowered = text.lower()
+        if self.added is not None and self.added.search(lowered):
+            return None
+        out = list(self.first)
+        cache, bound = self.cache, len(self.first) + self.room
+        for word in PLAIN_WORDS.findall(lowered):
+            pieces = cache.get(word)
+            if pieces is None:
+                pieces = self._learn(word)
+            out += pieces
+            if len(out) >= bound:
+                del out[bound:]
+                break
+        out += self.last
+        return out
+
+    def _learn(self, word: str) -> tuple[int, ...]:
+        if len(self.cache) >= WORD_CACHE_LIMIT:
+            self.cache.clear()
+        pieces = tuple(token.id for token in self.model.tokenize(word))
+        self.cache[word] = pieces
+        return pieces
+
+
+def template_ids(processor: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """The special tokens' ids a post-processor puts before and after a single text, or
+    None where it does more (type ids other than zero, more than one sequence)."""
+    if processor.get("type") == "BertProcessing":
+        return [int(processor["cls"][1])], [int(processor["sep"][1])]
+    if processor.get("type") != "TemplateProcessing":
+        return None
+    specials = processor.get("special_tokens") or {}
+    first: list[int] = []
+    last: list[int] = []
+    seen = False
+    for piece in processor.get("single") or ():
+        if "Sequence" in piece and piece["Sequence"].get("id") == "A" and not seen:
+            seen = piece["Sequence"].get("type_id", 0) == 0
+            if not seen:
+                return None
+        elif "SpecialToken" in piece and piece["SpecialToken"].get("type_id", 0) == 0:
+            name = piece["SpecialToken"]["id"]
+            if name not in specials:
+                return None
+            (last if seen else first).extend(int(i) for i in specials[name]["ids"])
+        else:
+            return None
+    return (first, last) if seen else None

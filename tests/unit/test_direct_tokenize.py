@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from inference.batching import prepare
 from inference.encoder import default_model_path
-from inference.tokenize import Direct, plain_core, plain_text
+from inference.tokenize import Direct, Words, plain_core, plain_text, template_ids
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,105 @@ def test_plain_and_other_texts_in_one_chunk_tokenize_as_transformers_tokenizes_t
     tokenizer: Any, texts: list[str], size: int
 ) -> None:
     direct = Direct.build(tokenizer, 64)
-    assert direct is not None and direct.plain is not None
+    assert direct is not None and direct.plain is not None and direct.words is not None
     assert_prepared_alike(tokenizer, direct, texts, size)
+
+
+# Printable ASCII only, words and punctuation runs of every kind: the word cache's texts.
+PRINTABLE = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=400)
+WORDY = st.lists(
+    st.one_of(st.sampled_from(["refund", "Refund", "REFUNDED", "unaffable", "x" * 101]), PRINTABLE),
+    max_size=30,
+).map(" ".join)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    texts=st.lists(st.one_of(PRINTABLE, WORDY), min_size=1, max_size=30),
+    max_length=st.sampled_from([3, 8, 64, 256]),
+)
+def test_plain_texts_by_the_word_cache_tokenize_as_transformers_tokenizes_them(
+    tokenizer: Any, texts: list[str], max_length: int
+) -> None:
+    direct = Direct.build(tokenizer, max_length)
+    assert direct is not None and direct.words is not None
+    assert_prepared_alike(tokenizer, direct, texts, 7)
+    assert_prepared_alike(tokenizer, direct, texts, 7)  # again, every word now cached
+
+
+def test_the_word_cache_starts_afresh_at_its_limit(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import inference.tokenize as tokenize
+
+    monkeypatch.setattr(tokenize, "WORD_CACHE_LIMIT", 50)
+    direct = Direct.build(tokenizer, 64)
+    assert direct is not None and direct.words is not None
+    texts = [f"order {n} of item {n * 7919} refunded" for n in range(200)]
+    assert_prepared_alike(tokenizer, direct, texts, 16)
+    assert 0 < len(direct.words.cache) <= 50
+
+
+def test_texts_with_an_added_token_s_spelling_go_to_the_core(tokenizer: Any) -> None:
+    direct = Direct.build(tokenizer, 64)
+    assert direct is not None and direct.words is not None
+    for text in ["a [CLS] b", "x[sep]y", "[Mask]", "[PAD]"]:
+        assert direct.words.ids(text) is None
+    assert direct.words.ids("a [cl s] b") is not None
+    assert_prepared_alike(tokenizer, direct, ["a [CLS] b", "x[sep]y", "[Mask] ok"], 2)
+
+
+def test_only_a_plain_bert_tokenizer_gets_a_word_cache(tokenizer: Any) -> None:
+    import json
+
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    plain = plain_core(json.dumps(spec), 32)
+    assert Words.build(json.dumps(spec), 32, plain) is not None
+    assert Words.build(json.dumps(spec), 2, plain) is None  # no room for a text's tokens
+    for part, other in [
+        ("pre_tokenizer", {"type": "Whitespace"}),
+        ("model", {**spec["model"], "type": "BPE"}),
+        ("normalizer", {**spec["normalizer"], "lowercase": False}),
+        ("post_processor", {"type": "RobertaProcessing"}),
+    ]:
+        assert Words.build(json.dumps({**spec, part: other}), 32, plain) is None
+
+
+def test_the_template_s_special_tokens_around_a_single_text() -> None:
+    specials = {"[CLS]": {"ids": [101]}, "[SEP]": {"ids": [102]}}
+    template = {
+        "type": "TemplateProcessing",
+        "single": [
+            {"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+            {"SpecialToken": {"id": "[SEP]", "type_id": 0}},
+        ],
+        "special_tokens": specials,
+    }
+    assert template_ids(template) == ([101], [102])
+    assert template_ids({"type": "BertProcessing", "cls": ["[CLS]", 7], "sep": ["[SEP]", 9]}) == (
+        [7],
+        [9],
+    )
+    typed = {**template, "single": [{"Sequence": {"id": "A", "type_id": 1}}]}
+    two = {**template, "single": template["single"] + [{"Sequence": {"id": "B", "type_id": 0}}]}
+    unknown = {**template, "special_tokens": {}}
+    for processor in (typed, two, unknown, {"type": "ByteLevel"}, {}):
+        assert template_ids(processor) is None
+
+
+def test_a_word_cache_that_disagrees_is_left_out_and_the_plain_core_kept(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import re
+
+    import inference.tokenize as tokenize
+
+    # Splitting at letters only: "abc123" is two words to it, one to BertPreTokenizer.
+    monkeypatch.setattr(tokenize, "PLAIN_WORDS", re.compile(r"[a-z]+|[^a-z ]"))
+    direct = Direct.build(tokenizer, 32)
+    assert direct is not None and direct.plain is not None and direct.words is None
+    assert_prepared_alike(tokenizer, direct, ["Hello abc123 World", "caf\u00e9 OK"], 2)
 
 
 def test_only_printable_ascii_is_plain() -> None:
