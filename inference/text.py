@@ -10,8 +10,10 @@ _ASCII_CONTROL = {i: " " for i in (*range(32), 127)}
 def clean(text: str) -> str:
     """Unicode NFC, control characters to spaces, whitespace collapsed."""
     if text.isascii():
-        # The common case, without a Python-level pass over every character.
-        text = text.translate(_ASCII_CONTROL)
+        # The common case, without a Python-level pass over every character; printable
+        # ASCII (most texts) has no control character to replace.
+        if not text.isprintable():
+            text = text.translate(_ASCII_CONTROL)
     else:
         text = unicodedata.normalize("NFC", text)
         text = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in text)

@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inference.encoder import Encoder
 from inference.pipeline import Pipeline
@@ -63,3 +65,11 @@ def test_a_stop_check_interrupts_the_model_stage_between_micro_batches():
         run_batches(prepared, forward, torch.device("cpu"))
     assert seen == [0, 1]  # the third batch never ran
     assert len(run_batches(prepared, forward, torch.device("cpu"))) == 3  # no check outside
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(max_codepoint=127), max_size=80))
+def test_clean_makes_every_ascii_control_character_a_space(text):
+    spaced = "".join(" " if ord(ch) < 32 or ord(ch) == 127 else ch for ch in text)
+    assert clean(text) == " ".join(spaced.split())
+    assert clean(text).isprintable()
