@@ -79,6 +79,8 @@ def stage_items(
 ) -> Staged:
     """Write (id, text, place) rows into the temporary table as they come (COPY on
     Postgres, batched executemany on SQLite); `progress` hears the count every `every`."""
+    if session.connection().dialect.name == "sqlite":
+        hold_write_lock(session)
     _create_staged(session)
     conn = session.connection()
     count = 0
@@ -105,6 +107,18 @@ def stage_items(
     if batch:
         conn.exec_driver_sql(sql, batch)
     return Staged(count)
+
+
+def hold_write_lock(session: Session) -> None:
+    """SQLite: begin the transaction holding the database's write lock (waiting for it as
+    for any write). The temporary table's statements read the main database's schema,
+    which opens a read snapshot; the job's rows, written after the routing's reads, would
+    then fail at once ("database is locked", never waiting) had any other process (a
+    worker's heartbeat) written in between. A transaction already begun holds it already
+    or has written nothing but this."""
+    raw = session.connection().connection.driver_connection
+    if not raw.in_transaction:
+        session.connection().exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _first_duplicate(session: Session) -> DuplicateItem:
