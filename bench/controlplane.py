@@ -363,12 +363,13 @@ class Fleet:
     def __init__(self, logdir: Path, env: dict[str, str], port: int, cwd: Path = ROOT) -> None:
         self.logdir, self.env, self.port, self.cwd = logdir, env, port, cwd
         self.procs: dict[str, subprocess.Popen] = {}
+        self.share: dict[str, str] = {}
 
-    def start(self, name: str, argv: list[str]) -> None:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = open(self.logdir / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         self.procs[name] = subprocess.Popen(
-            argv, env={**os.environ, **self.env}, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=self.cwd,
+            argv, env={**os.environ, **self.env, **(env or {})}, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True, cwd=self.cwd,
         )  # fmt: skip
 
     def up(self, workers: int, interactive: bool = True) -> dict[str, str]:
@@ -378,9 +379,13 @@ class Fleet:
         it would only add its heartbeats to the batch figures."""
         from core.config.settings import Settings
         from core.queueing.celery_app import make_celery
+        from fleet.processes import thread_share
 
         # Pinged through the fleet's own broker: one run may start fleets on several.
-        app = make_celery(Settings.from_env({**os.environ, **self.env}))
+        settings = Settings.from_env({**os.environ, **self.env})
+        app = make_celery(settings)
+        # Several cpu workers share the cores as `laneway fleet` shares them.
+        share = self.share = thread_share(settings, workers)
         host = socket.gethostname()
         tag = uuid.uuid4().hex[:4]
         nodes = {f"cpu{i}": f"cp-cpu{i}-{tag}" for i in range(workers)}
@@ -389,7 +394,8 @@ class Fleet:
         self.start("web", [str(BIN / "laneway"), "web", "--port", str(self.port)])
         for name, node in nodes.items():
             lane = "interactive" if name == "interactive" else "cpu"
-            self.start(name, [str(BIN / "laneway"), "worker", lane, "--name", node])
+            argv = [str(BIN / "laneway"), "worker", lane, "--name", node]
+            self.start(name, argv, share if lane == "cpu" else None)
         deadline = time.monotonic() + 300
         waiting = dict(nodes)
         while waiting:
@@ -617,7 +623,12 @@ def broker_run(
             found["rabbitmq"] = rabbitmq_pid(url)
         tiers.update({tier: [pid] for tier, pid in found.items() if pid})
         meter = Meter(tiers, ADMIN_PG, database)
-        run: dict = {"load_average_start": [round(x, 2) for x in os.getloadavg()], "batch": {}}
+        run: dict = {
+            "load_average_start": [round(x, 2) for x in os.getloadavg()],
+            # What the cpu workers ran with beside the defaults: their share of the cores.
+            "cpu_worker_env": fleet.share,
+            "batch": {},
+        }
         for task in tasks:
             if args.warmup:
                 run_job(fleet, meter, key, task, texts[: args.warmup], None)
@@ -672,7 +683,11 @@ def main(argv: list[str] | None = None) -> dict:
         "--warmup", type=int, default=2000, metavar="N",
         help="items of the unmeasured job of each task before its measured one (0: none)",
     )  # fmt: skip
-    parser.add_argument("--workers", type=int, default=1, help="`laneway worker cpu` processes")
+    parser.add_argument(
+        "--workers", type=int, default=1,
+        help="`laneway worker cpu` processes (n of them take cores/n torch threads each, as "
+        "`laneway fleet` gives them)",
+    )  # fmt: skip
     parser.add_argument(
         "--brokers", default=None, metavar="LIST",
         help="batch brokers to measure one after the other, each with a fleet of its own "

@@ -181,7 +181,7 @@ def run_fleet(
     from db.accounts import create_account
     from db.models import FINAL_JOB_STATUSES, Job
     from db.session import session_scope
-    from fleet.processes import cpu_worker_env
+    from fleet.processes import cpu_worker_env, thread_share
     from jobs.submit import submit_job
     from tasks import app
 
@@ -191,7 +191,7 @@ def run_fleet(
     shared = cpu_worker_env(settings, workers)
     env = {**os.environ, **shared, **extra_env}
     # What the workers ran with beside the defaults, their share of the cores included.
-    chosen = {k: v for k, v in shared.items() if k == "LANEWAY_TORCH_THREADS"} | extra_env
+    chosen = thread_share(settings, workers) | extra_env
     settings.home.mkdir(parents=True, exist_ok=True)
     logfiles = [settings.home / f"bench-worker-{node}.log" for node in nodes]
     procs = []

@@ -77,10 +77,15 @@ def cpu_worker_env(settings: Settings, count: int) -> dict[str, str]:
     each takes cores / count torch threads, unless LANEWAY_TORCH_THREADS is set (then the
     operator has chosen). At the default every worker would take every core, and two such
     on one host only contend (docs/operations.md, Sizing)."""
-    env = worker_env("cpu", settings)
+    return {**worker_env("cpu", settings), **thread_share(settings, count)}
+
+
+def thread_share(settings: Settings, count: int) -> dict[str, str]:
+    """LANEWAY_TORCH_THREADS for each of `count` cpu workers sharing this host's cores
+    (cores / count), or nothing: one worker, or the operator's own setting."""
     if count > 1 and "torch_threads" not in settings.model_fields_set:
-        env["LANEWAY_TORCH_THREADS"] = str(max(1, settings.torch_threads // count))
-    return env
+        return {"LANEWAY_TORCH_THREADS": str(max(1, settings.torch_threads // count))}
+    return {}
 
 
 def gpu_devices(settings: Settings) -> tuple[str, ...]:
