@@ -23,8 +23,8 @@ go, where the tokenizer is a plain BERT one (`Words.build`), through a cache of 
 word's pieces: a text is lowercased, split as BertPreTokenizer splits printable ASCII
 (runs of letters and digits, each other character alone), and each word's ids come from
 the cache, or from the core's own WordPiece model the first time; a text that holds an
-added token's spelling goes to the core. A quarter of the core's CPU per text, measured
-(docs/benchmarks.md), and the probe checks it like the rest.
+added token's spelling goes to the core. About a third of the core's CPU per text in the
+control-plane benchmark (docs/benchmarks.md); the probe checks it like the rest.
 
 Its copies are never changed after they are built, so threads may encode through them side
 by side without taking turns.
