@@ -114,8 +114,8 @@ def hold_write_lock(session: Session) -> None:
     for any write). The temporary table's statements read the main database's schema,
     which opens a read snapshot; the job's rows, written after the routing's reads, would
     then fail at once ("database is locked", never waiting) had any other process (a
-    worker's heartbeat) written in between. A transaction already begun holds it already
-    or has written nothing but this."""
+    worker's heartbeat) written in between. A transaction already under way began with a
+    write (pysqlite begins one only so), which took the lock."""
     raw = session.connection().connection.driver_connection
     if not raw.in_transaction:
         session.connection().exec_driver_sql("BEGIN IMMEDIATE")

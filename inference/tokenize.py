@@ -27,7 +27,8 @@ added token's spelling goes to the core. About a third of the core's CPU per tex
 control-plane benchmark (docs/benchmarks.md); the probe checks it like the rest.
 
 Its copies are never changed after they are built, so threads may encode through them side
-by side without taking turns.
+by side without taking turns; threads fill the word cache side by side too (a dict's get and
+set are atomic, and a word two threads learn at once is learned alike).
 """
 
 from __future__ import annotations
@@ -55,16 +56,16 @@ PROBE = (
     "東京で会いましょう。",
     "great product 👍🏽 would buy again!!!",
     "[CLS] [SEP] [PAD] [MASK] <s> </s> <pad>",
-    "Plain [SEP] TEXT with [cls] Spellings",  # plain, yet the word cache's to hand on
+    "Plain [SEP] TEXT with [cls] Spellings",  # plain: the word cache hands it to the plain core
     "tab\tand\nnewline  double  space",
     "word " * 700,
     "x" * 3000,
     "Ctrl\x01chars\x00in\x7fA\x0bWORD\x0c and\ttab\nline\rreturn\x1c\x1f end",
     "Order_#A12-b7 (ref: 9/10) $12.50+tax; me@x.io ~`q` {x}|\\^ done_ " + "ab" * 60,
 )
-# Distinct words the word cache holds before it starts afresh: a few megabytes, many times
-# the words of any chunk of messages (numbers and ids keep adding new ones).
-WORD_CACHE_LIMIT = 100_000
+# Distinct words the word cache holds before it starts afresh: about 10 MB, many times the
+# words of any chunk of messages (numbers and ids keep adding new ones).
+WORD_CACHE_LIMIT = 50_000
 # BertPreTokenizer's words in lowercased printable ASCII: runs of letters and digits, and
 # each other character but the space alone (ASCII's punctuation is all of those).
 PLAIN_WORDS = re.compile(r"[a-z0-9]+|[^a-z0-9 ]")
