@@ -22,6 +22,18 @@ def tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(default_model_path())
 
 
+_BUILT: dict[tuple[int, int], Direct | None] = {}
+
+
+def built(tokenizer: Any, max_length: int) -> Direct | None:
+    """Direct.build, once per tokenizer and max length: its probe costs more than most
+    examples (the examples that follow share its word cache, as a worker's chunks do)."""
+    key = (id(tokenizer), max_length)
+    if key not in _BUILT:
+        _BUILT[key] = Direct.build(tokenizer, max_length)
+    return _BUILT[key]
+
+
 def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return set(a) == set(b) and all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
 
@@ -44,7 +56,7 @@ def assert_prepared_alike(tokenizer: Any, direct: Direct, texts: list[str], size
 def test_any_texts_tokenize_as_transformers_tokenizes_them(
     tokenizer: Any, texts: list[str], size: int, max_length: int
 ) -> None:
-    direct = Direct.build(tokenizer, max_length)
+    direct = built(tokenizer, max_length)
     assert direct is not None
     assert_prepared_alike(tokenizer, direct, texts, size)
 
@@ -67,7 +79,7 @@ MIXED = st.one_of(
 def test_plain_and_other_texts_in_one_chunk_tokenize_as_transformers_tokenizes_them(
     tokenizer: Any, texts: list[str], size: int
 ) -> None:
-    direct = Direct.build(tokenizer, 64)
+    direct = built(tokenizer, 64)
     assert direct is not None and direct.plain is not None and direct.words is not None
     assert_prepared_alike(tokenizer, direct, texts, size)
 
@@ -88,7 +100,7 @@ WORDY = st.lists(
 def test_plain_texts_by_the_word_cache_tokenize_as_transformers_tokenizes_them(
     tokenizer: Any, texts: list[str], max_length: int
 ) -> None:
-    direct = Direct.build(tokenizer, max_length)
+    direct = built(tokenizer, max_length)
     assert direct is not None and direct.words is not None
     assert_prepared_alike(tokenizer, direct, texts, 7)
     assert_prepared_alike(tokenizer, direct, texts, 7)  # again, every word now cached
