@@ -4,13 +4,12 @@ A batch of texts is padded to its longest, and transformers' BertModel runs ever
 every position: in a batch of short, uneven texts about half the positions are padding.
 `PackedBert` runs the same weights on the real tokens alone, packed into one (tokens,
 hidden) matrix: the embeddings, the projections and the feed-forward layers see no padding,
-and each text's
-attention runs over its own tokens, without a mask (one attention over the padded batch
-costs more than all the products: the kernel is slow for short heads). The three attention
-projections run as one product. On a CPU in bf16 the products use oneDNN with the weights
-packed once into its layout (transformers' path reorders them on every call) and GELU fused
-into the intermediate product; the residual stream and LayerNorm stay in fp32, as the mixed
-precision of inference/base.py keeps them.
+and each text's attention runs over its own tokens, without a mask (one attention over the
+padded batch costs more than all the products: the kernel is slow for short heads). The
+three attention projections run as one product. On a CPU in bf16 the products use oneDNN
+with the weights packed once into its layout (transformers' path reorders them on every
+call) and GELU fused into the intermediate product; the residual stream and LayerNorm stay
+in fp32, as the mixed precision of inference/base.py keeps them.
 
 It is built from a loaded BertModel (`PackedBert.build`), which it shares weights with, and
 checks itself against it on a few texts before it is used: anything else (another

@@ -16,15 +16,14 @@ printable ASCII all it does is lowercase (on an uncased model): such texts go to
 copy of the core whose normalizer only lowercases (`plain`), the rest to the whole core.
 The probe checks both paths.
 
-Even the plain core costs about a microsecond a token: it splits, looks up and builds an
-encoding object for every word of every text, with no memory of words it has seen. Words
-repeat (a chunk of customer messages uses a few thousand distinct words), so plain texts
+Even the plain core splits, looks up and builds an encoding object for every word of
+every text, with no memory of words it has seen. Words repeat (a chunk of messages uses
+far fewer distinct words than it holds), so plain texts
 go, where the tokenizer is a plain BERT one (`Words.build`), through a cache of each
 word's pieces: a text is lowercased, split as BertPreTokenizer splits printable ASCII
 (runs of letters and digits, each other character alone), and each word's ids come from
 the cache, or from the core's own WordPiece model the first time; a text that holds an
-added token's spelling goes to the core. About a third of the core's CPU per text in the
-control-plane benchmark (docs/benchmarks.md); the probe checks it like the rest.
+added token's spelling goes to the core. The probe checks it like the rest.
 
 Its copies are never changed after they are built, so threads may encode through them side
 by side without taking turns; threads fill the word cache side by side too (a dict's get and
@@ -63,8 +62,8 @@ PROBE = (
     "Ctrl\x01chars\x00in\x7fA\x0bWORD\x0c and\ttab\nline\rreturn\x1c\x1f end",
     "Order_#A12-b7 (ref: 9/10) $12.50+tax; me@x.io ~`q` {x}|\\^ done_ " + "ab" * 60,
 )
-# Distinct words the word cache holds before it starts afresh: about 10 MB, many times the
-# words of any chunk of messages (numbers and ids keep adding new ones).
+# Distinct words the word cache holds before it starts afresh: a bounded few megabytes,
+# many times the words of any chunk of messages (numbers and ids keep adding new ones).
 WORD_CACHE_LIMIT = 50_000
 # BertPreTokenizer's words in lowercased printable ASCII: runs of letters and digits, and
 # each other character but the space alone (ASCII's punctuation is all of those).
@@ -241,7 +240,8 @@ class Words:
         self, model: Any, first: Sequence[int], last: Sequence[int], room: int, added: Sequence[str]
     ) -> None:
         self.model = model  # the core's WordPiece model: a word's pieces the first time
-        self.first, self.last, self.room = list(first), list(last), room
+        self.first, self.last = list(first), list(last)
+        self.bound = len(self.first) + room  # the template's leading ids and the text's
         # Texts holding an added token's spelling, in any case, go to the core: it matches
         # those before splitting.
         self.added = re.compile("|".join(re.escape(a.lower()) for a in added)) if added else None
@@ -277,7 +277,7 @@ class Words:
         if self.added is not None and self.added.search(lowered):
             return None
         out = list(self.first)
-        cache, bound = self.cache, len(self.first) + self.room
+        cache, bound = self.cache, self.bound
         for word in PLAIN_WORDS.findall(lowered):
             pieces = cache.get(word)
             if pieces is None:
