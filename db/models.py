@@ -219,6 +219,9 @@ class Chunk(Base):
     pre_seconds: Mapped[float | None] = mapped_column(Float)
     model_seconds: Mapped[float | None] = mapped_column(Float)
     post_seconds: Mapped[float | None] = mapped_column(Float)
+    # The cores the worker that ran the model held (its torch threads; None: one, as rows
+    # written before were priced): its CPU seconds are priced per core.
+    cpu_cores: Mapped[int | None] = mapped_column(Integer)
     queued_at: Mapped[CreatedAt]
     started_at: Mapped[Timestamp]
     finished_at: Mapped[Timestamp]

@@ -106,30 +106,37 @@ def items_done(session: Session, job_id: uuid.UUID) -> int:
     return session.scalar(select(func.count()).where(Result.job_id == job_id)) or 0
 
 
+def stage_seconds(*group: Any) -> tuple[list[Any], list[Any]]:
+    """Columns and GROUP BY of a select of chunks per `group`, device and cores the worker
+    held (Chunk.cpu_cores, 1 where none was recorded): `group`, the device, the cores, then
+    the pre, model and post seconds."""
+    stages = (Chunk.pre_seconds, Chunk.model_seconds, Chunk.post_seconds)
+    columns = [
+        *group,
+        Chunk.device,
+        func.coalesce(Chunk.cpu_cores, 1),
+        *(func.coalesce(func.sum(stage), 0.0) for stage in stages),
+    ]
+    return columns, [*group, Chunk.device, Chunk.cpu_cores]
+
+
 def job_cost(
     session: Session, job_id: uuid.UUID, total_items: int, cpu_price: float, gpu_price: float
 ) -> dict[str, Any]:
     """What the job's chunks cost so far: CPU stages at the CPU price, the model stage at
-    the price of the device it ran on (GPU-seconds on CUDA, CPU-seconds otherwise)."""
-    rows = session.execute(
-        select(
-            Chunk.device,
-            func.coalesce(func.sum(Chunk.pre_seconds), 0.0),
-            func.coalesce(func.sum(Chunk.model_seconds), 0.0),
-            func.coalesce(func.sum(Chunk.post_seconds), 0.0),
-        )
-        .where(Chunk.job_id == job_id)
-        .group_by(Chunk.device)
-    ).all()
+    the price of the device it ran on (GPU-seconds on CUDA, CPU-seconds otherwise), a CPU's
+    seconds times the cores the worker held (core/util/pricing.py)."""
+    columns, groups = stage_seconds()
+    rows = session.execute(select(*columns).where(Chunk.job_id == job_id).group_by(*groups)).all()
     seconds = {"pre": 0.0, "model_cpu": 0.0, "model_gpu": 0.0, "post": 0.0}
     by_stage = {"pre": 0.0, "model": 0.0, "post": 0.0}
-    for device, pre, model, post in rows:
+    for device, cores, pre, model, post in rows:
         seconds["pre"] += pre
         seconds["post"] += post
         seconds["model_gpu" if device == "cuda" else "model_cpu"] += model
-        by_stage["pre"] += pricing.cost(pre, 0.0, device, cpu_price, gpu_price)
-        by_stage["model"] += pricing.cost(0.0, model, device, cpu_price, gpu_price)
-        by_stage["post"] += pricing.cost(post, 0.0, device, cpu_price, gpu_price)
+        by_stage["pre"] += pricing.cost(pre, 0.0, device, cpu_price, gpu_price, cores)
+        by_stage["model"] += pricing.cost(0.0, model, device, cpu_price, gpu_price, cores)
+        by_stage["post"] += pricing.cost(post, 0.0, device, cpu_price, gpu_price, cores)
     total = sum(by_stage.values())
     return {
         "currency": "USD",

@@ -46,8 +46,9 @@ def alive_workers(
 
 
 def lane_totals(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Per lane, over the last day's finished range chunks: items, stage seconds, and the
-    device the gpu lane's model stage ran on."""
+    """Per lane, over the last day's finished range chunks: items, stage seconds, the same
+    seconds times the cores their workers held (`core_seconds`, what they are priced at),
+    and the device the gpu lane's model stage ran on."""
     since = utcnow() - STATS_WINDOW
     items = Chunk.stop - Chunk.start  # range chunks; retry chunks (positions) are left out
     with session_scope(settings) as session:
@@ -59,19 +60,36 @@ def lane_totals(settings: Settings) -> dict[str, dict[str, Any]]:
                 func.sum(func.coalesce(Chunk.pre_seconds, 0.0)),
                 func.sum(func.coalesce(Chunk.model_seconds, 0.0)),
                 func.sum(func.coalesce(Chunk.post_seconds, 0.0)),
+                func.sum(
+                    (
+                        func.coalesce(Chunk.pre_seconds, 0.0)
+                        + func.coalesce(Chunk.model_seconds, 0.0)
+                        + func.coalesce(Chunk.post_seconds, 0.0)
+                    )
+                    * func.coalesce(Chunk.cpu_cores, 1)
+                ),
             )
             .where(Chunk.state == "done", Chunk.positions.is_(None), Chunk.finished_at >= since)
             .group_by(Chunk.queue, Chunk.device)
         ).all()
     lanes: dict[str, dict[str, Any]] = {}
-    for queue, device, n, pre, model, post in rows:
+    for queue, device, n, pre, model, post, core_seconds in rows:
         lane = lanes.setdefault(
-            queue, {"items": 0, "pre": 0.0, "model": 0.0, "post": 0.0, "device": "cpu"}
+            queue,
+            {
+                "items": 0,
+                "pre": 0.0,
+                "model": 0.0,
+                "post": 0.0,
+                "core_seconds": 0.0,
+                "device": "cpu",
+            },
         )
         lane["items"] += n or 0
         lane["pre"] += pre
         lane["model"] += model
         lane["post"] += post
+        lane["core_seconds"] += core_seconds or 0.0
         if device == "cuda":
             lane["device"] = "cuda"
     return lanes
@@ -137,6 +155,13 @@ def worker_rate(lane: str, items: float, pre: float, model: float, post: float) 
     return items / seconds if seconds > 0 else None
 
 
+def cpu_cores(lane: dict[str, Any]) -> float:
+    """The cores a lane's workers held, over its measured seconds (1 where none was
+    recorded)."""
+    spent = lane["pre"] + lane["model"] + lane["post"]
+    return lane.get("core_seconds", spent) / spent if spent > 0 else 1.0
+
+
 def stats_from(lanes: dict[str, dict[str, Any]], cold_starts: list[float]) -> LaneStats | None:
     """The measured lanes, or None until both have run MIN_MEASURED_ITEMS items."""
     cpu, gpu = lanes.get("cpu"), lanes.get("gpu")
@@ -149,6 +174,7 @@ def stats_from(lanes: dict[str, dict[str, Any]], cold_starts: list[float]) -> La
     return LaneStats(
         cpu_items_per_second=round(cpu_rate, 3),
         cpu_seconds_per_item=1 / cpu_rate,
+        cpu_cores=cpu_cores(cpu),
         gpu_items_per_second=round(gpu_rate, 3),
         gpu_model_seconds_per_item=gpu["model"] / gpu["items"],
         gpu_cpu_seconds_per_item=(gpu["pre"] + gpu["post"]) / gpu["items"],

@@ -37,6 +37,9 @@ class LaneStats:
     gpu_cpu_seconds_per_item: float
     gpu_device: str  # where the gpu lane's model stage ran: "cuda", or "cpu" (fallback)
     cold_start_seconds: float | None
+    # The cores a cpu worker held (its seconds are priced per core, core/util/pricing.py):
+    # one worker of two threads and two of one run the same work at the same cost.
+    cpu_cores: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ def estimate(
     """Expected seconds to completion and dollars for the job on each lane."""
     cpu_workers = live.serving("cpu")
     cpu_seconds = (live.cpu_backlog_items + n_items) / (stats.cpu_items_per_second * cpu_workers)
-    cpu_cost = n_items * stats.cpu_seconds_per_item * prices.cpu_second
+    cpu_cost = n_items * stats.cpu_seconds_per_item * prices.cpu_second * stats.cpu_cores
 
     devices = max(1, live.gpu_devices or 1)
     cold = live.gpu_workers_up == 0

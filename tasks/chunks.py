@@ -251,12 +251,14 @@ def _on_failure(
 
 
 def _ran_on(device: str, work: Work) -> dict[str, Any]:
-    """The chunk's stage record of where its model stage ran: device, precision, runtime."""
+    """The chunk's stage record of where its model stage ran: device, precision, runtime,
+    and the cores this worker holds (its torch threads: what its CPU seconds are priced at)."""
+    where = {"device": device, "cpu_cores": app_settings().torch_threads}
     try:
-        return {"device": device, **get_pipeline().runtime(work.tasks)}
+        return {**where, **get_pipeline().runtime(work.tasks)}
     except Exception as exc:  # noqa: BLE001 - a model that failed to load: record the device
         log.warning("chunk %s: no precision to record (%s)", work.chunk_id, type(exc).__name__)
-        return {"device": device}
+        return where
 
 
 def _runner(work: Work) -> TimedRun:

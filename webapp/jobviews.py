@@ -23,7 +23,7 @@ from core.util import pricing
 from core.vocab import LANES
 from db.common import alive_workers, aware, own_job, utcnow
 from db.models import FINAL_JOB_STATUSES, Chunk, DeadLetter, Job, JobItem, Result, Worker
-from db.results import iter_results
+from db.results import iter_results, stage_seconds
 from db.session import session_factory
 from jobs import fairshare
 from jobs.inputs import Limits
@@ -259,9 +259,13 @@ def _bucket(age_seconds: float) -> int | None:
     return bucket if 0 <= bucket < HOUR_BUCKETS else None
 
 
-def _dollars(settings: Settings, cpu_seconds: float, model_seconds: float, device: str) -> float:
+def _dollars(
+    settings: Settings, cpu_seconds: float, model_seconds: float, device: str, cores: float = 1.0
+) -> float:
     """The pricing rule a job's cost applies (core/util/pricing.py), at the settings' prices."""
-    return pricing.cost(cpu_seconds, model_seconds, device, settings.cpu_price, settings.gpu_price)
+    return pricing.cost(
+        cpu_seconds, model_seconds, device, settings.cpu_price, settings.gpu_price, cores
+    )
 
 
 def throughput(session: Session, now: datetime | None = None) -> dict[str, list[int]]:
@@ -292,20 +296,15 @@ def cost_per_item(
     price (as a job's cost is reckoned)."""
     now = now or utcnow()
     since = now - timedelta(hours=1)
+    columns, groups = stage_seconds(Chunk.queue)
     rows = session.execute(
-        select(
-            Chunk.queue,
-            Chunk.device,
-            func.coalesce(func.sum(Chunk.pre_seconds), 0.0),
-            func.coalesce(func.sum(Chunk.model_seconds), 0.0),
-            func.coalesce(func.sum(Chunk.post_seconds), 0.0),
-        )
+        select(*columns)
         .where(Chunk.state == "done", Chunk.finished_at > since, Chunk.finished_at <= now)
-        .group_by(Chunk.queue, Chunk.device)
+        .group_by(*groups)
     ).all()
     dollars: dict[str, float] = defaultdict(float)
-    for queue, device, pre, model, post in rows:
-        dollars[queue] += _dollars(settings, pre + post, model, device)
+    for queue, device, cores, pre, model, post in rows:
+        dollars[queue] += _dollars(settings, pre + post, model, device, cores)
     return _per_item(LANES, dollars, items)
 
 

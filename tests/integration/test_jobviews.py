@@ -24,9 +24,12 @@ from workers import registry
 NOW = datetime(2001, 2, 3, 12, 0, tzinfo=UTC)
 
 
-def _done_chunks(session, lane: str, finished: list[timedelta | None], device: str) -> None:
+def _done_chunks(
+    session, lane: str, finished: list[timedelta | None], device: str, cores: int | None = None
+) -> None:
     """A job of 10-item chunks on `lane`, each done `finished[k]` before NOW (None: the
-    chunk failed), with 1 s pre, 2 s model and 1 s post each."""
+    chunk failed), with 1 s pre, 2 s model and 1 s post each, by a worker holding `cores`
+    (None: recorded before cores were)."""
     account, _ = create_account(session, f"dash-{uuid.uuid4().hex[:8]}", "standard")
     n = 10 * len(finished)
     job = create_job(
@@ -47,6 +50,7 @@ def _done_chunks(session, lane: str, finished: list[timedelta | None], device: s
         chunk.device, chunk.pre_seconds, chunk.model_seconds, chunk.post_seconds = (
             device, 1.0, 2.0, 1.0
         )  # fmt: skip
+        chunk.cpu_cores = cores
     session.flush()
 
 
@@ -64,6 +68,11 @@ def test_throughput_and_cost_count_the_chunks_done_in_the_hour(db_session, setti
     # Per chunk: 2 CPU seconds (pre and post) at the CPU price, 2 model seconds at its device's.
     assert cost["cpu"] == pytest.approx(3 * (2 * 0.001 + 2 * 0.001) / 30)
     assert cost["gpu"] == pytest.approx((2 * 0.001 + 2 * 0.01) / 10)
+    # Two more cpu chunks in the hour by a worker holding two cores: twice their dollars.
+    _done_chunks(db_session, "cpu", [4 * minutes, 6 * minutes], "cpu", cores=2)
+    series = jobviews.throughput(db_session, NOW)
+    cost = jobviews.cost_per_item(db_session, priced, series, NOW)
+    assert cost["cpu"] == pytest.approx((3 * 0.004 + 2 * 2 * 0.004) / 50)
     nothing = jobviews.throughput(db_session, NOW - timedelta(hours=3))
     assert nothing == {"cpu": [0] * 12, "gpu": [0] * 12}
     assert jobviews.cost_per_item(db_session, priced, nothing, NOW - timedelta(hours=3)) == {

@@ -47,6 +47,8 @@ def test_a_cpu_chunk_records_its_precision_and_the_job_document_shows_it(
         chunk = session.get(Chunk, chunk_id)
         assert (chunk.state, chunk.device) == ("done", "cpu")
         assert (chunk.precision, chunk.runtime) == (expected, runtime)
+        # The worker's share of this host's CPU: its torch threads over the usable cores.
+        assert chunk.cpu_cores == settings.torch_threads  # the cores the worker held
         model_seconds = chunk.model_seconds
     job = client.get(body["links"]["self"], headers=auth(key)).json
     assert job["status"] == "succeeded"
@@ -61,6 +63,26 @@ def test_a_cpu_chunk_records_its_precision_and_the_job_document_shows_it(
         }
     ]
     assert job["cost"]["seconds"]["model_cpu"] == round(model_seconds, 3)
+
+
+def test_a_chunks_cpu_seconds_are_priced_per_core_its_worker_held(settings, migrated):
+    """Two chunks written before cores were recorded (one each), two by a worker of two
+    torch threads, two on a GPU whose worker holds four cores: CPU seconds at the CPU price
+    times the cores, a GPU's model seconds at the GPU price; the seconds the job shows are
+    the stages' own."""
+    job_id, chunk_ids = stored_job(settings, [f"text {i}" for i in range(12)], chunk_size=2)
+    stages = {"pre_seconds": 0.5, "model_seconds": 2.0, "post_seconds": 0.25, "state": "done"}
+    _set_chunks(settings, chunk_ids[:2], device="cpu", cpu_cores=None, **stages)
+    _set_chunks(settings, chunk_ids[2:4], device="cpu", cpu_cores=2, **stages)
+    _set_chunks(settings, chunk_ids[4:], device="cuda", cpu_cores=4, **stages)
+    with session_scope(settings) as session:
+        finalize_job(session, job_id, cpu_price=0.01, gpu_price=0.1)
+        cost = session.get(Job, job_id).cost
+    assert cost["by_stage"]["pre"] == pytest.approx((2 * 1 + 2 * 2 + 2 * 4) * 0.5 * 0.01)
+    assert cost["by_stage"]["model"] == pytest.approx((2 + 2 * 2) * 2.0 * 0.01 + 2 * 2.0 * 0.1)
+    assert cost["by_stage"]["post"] == pytest.approx((2 + 2 * 2 + 2 * 4) * 0.25 * 0.01)
+    assert cost["total"] == pytest.approx(sum(cost["by_stage"].values()))
+    assert cost["seconds"] == {"pre": 3.0, "model_cpu": 8.0, "model_gpu": 4.0, "post": 1.5}
 
 
 def _set_chunks(settings, chunk_ids, **values):

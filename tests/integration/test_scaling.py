@@ -53,6 +53,10 @@ def test_beat_stops_no_gpu_worker_when_something_else_does(settings, migrated, m
     assert asked == []
 
 
+def base_core_seconds(totals, lane):
+    return totals.get(lane, {}).get("core_seconds", 0.0)
+
+
 def test_lanes_are_measured_from_finished_chunks(settings, migrated):
     before = lane_totals(settings)
     cpu_job, cpu_chunks = stored_job(settings, ["x"] * 600, chunk_size=300)
@@ -62,6 +66,7 @@ def test_lanes_are_measured_from_finished_chunks(settings, migrated):
             chunk = session.get(Chunk, chunk_id)
             chunk.state, chunk.finished_at, chunk.device = "done", utcnow(), "cpu"
             chunk.pre_seconds, chunk.model_seconds, chunk.post_seconds = 0.1, 2.0, 0.05
+            chunk.cpu_cores = 2  # a worker of two torch threads
         for chunk_id in gpu_chunks:
             chunk = session.get(Chunk, chunk_id)
             chunk.state, chunk.finished_at, chunk.device = "done", utcnow(), "cuda"
@@ -73,6 +78,9 @@ def test_lanes_are_measured_from_finished_chunks(settings, migrated):
         for stage, added in zip(("pre", "model", "post"), seconds, strict=True):
             assert after[lane][stage] - base[stage] == pytest.approx(added)
     assert after["gpu"]["device"] == "cuda"
+    # Priced per core: the cpu chunks' seconds twice, the gpu ones' (none recorded) once.
+    assert after["cpu"]["core_seconds"] - base_core_seconds(before, "cpu") == pytest.approx(4.3 * 2)
+    assert after["gpu"]["core_seconds"] - base_core_seconds(before, "gpu") == pytest.approx(0.6)
 
     mine = {
         "cpu": {"items": 600, "pre": 0.2, "model": 4.0, "post": 0.1, "device": "cpu"},
@@ -80,6 +88,10 @@ def test_lanes_are_measured_from_finished_chunks(settings, migrated):
     }
     stats = stats_from(mine, [12.0, 18.0])
     assert stats.cpu_items_per_second == pytest.approx(600 / 4.3, abs=1e-3)
+    assert stats.cpu_cores == 1.0  # no cores recorded: one, as such chunks were priced
+    two = stats_from({**mine, "cpu": {**mine["cpu"], "core_seconds": 4.3 * 2}}, [])
+    assert two.cpu_cores == pytest.approx(2)
+    assert two.cpu_items_per_second == stats.cpu_items_per_second  # speed per worker as before
     assert stats.gpu_items_per_second == pytest.approx(2000)
     assert stats.gpu_cpu_seconds_per_item == pytest.approx(0.3 / 600)
     assert (stats.gpu_device, stats.cold_start_seconds) == ("cuda", 15.0)

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from jobs.planner import choose_lane, chunk_size_for, plan_chunks
@@ -189,3 +191,14 @@ def test_a_cold_gpu_lane_is_charged_the_idle_time_whoever_stops_it():
         10_000, STATS, cold, Prices.of(Settings.from_env({"LANEWAY_GPU_IDLE_TIMEOUT": "0"}))
     )
     assert free["gpu"]["scale_up_cost"] == pytest.approx(4 * 20 * 0.0015)
+
+
+def test_a_cpu_lane_of_workers_sharing_hosts_costs_their_share():
+    """Two one-thread workers on a host's two cores each run half as fast as one worker of
+    both: per worker the seconds per item double, each second holds half the cores, the
+    cost stays."""
+    both = replace(STATS, cpu_cores=2)
+    whole = estimate(1000, both, WARM, PRICES)["cpu"]["cost"]
+    assert whole == pytest.approx(2 * estimate(1000, STATS, WARM, PRICES)["cpu"]["cost"])
+    halves = replace(STATS, cpu_items_per_second=70.0, cpu_seconds_per_item=1 / 70, cpu_cores=1)
+    assert estimate(1000, halves, WARM, PRICES)["cpu"]["cost"] == pytest.approx(whole)
