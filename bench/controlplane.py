@@ -684,9 +684,9 @@ def main(argv: list[str] | None = None) -> dict:
         help="items of the unmeasured job of each task before its measured one (0: none)",
     )  # fmt: skip
     parser.add_argument(
-        "--workers", type=int, default=1,
+        "--workers", type=int, default=None,
         help="`laneway worker cpu` processes (n of them take cores/n torch threads each, as "
-        "`laneway fleet` gives them)",
+        "`laneway fleet` gives them); default: as many as `laneway fleet` starts here",
     )  # fmt: skip
     parser.add_argument(
         "--brokers", default=None, metavar="LIST",
@@ -702,6 +702,10 @@ def main(argv: list[str] | None = None) -> dict:
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the logs' folder")
     args = parser.parse_args(argv)
+    if args.workers is None:
+        from fleet.processes import cpu_worker_count
+
+        args.workers = cpu_worker_count(Settings.from_env())
     if args.items < 1 or args.workers < 1 or args.seconds <= 0 or args.warmup < 0:
         parser.error(
             "--items and --workers take at least 1, --seconds more than 0, --warmup 0 or more"

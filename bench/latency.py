@@ -9,8 +9,9 @@ an idle fleet and while a batch job runs on the same machine, against the bare m
    one keep-alive connection (http.client: a cheap client, since it shares the CPU) for
    --seconds per level: p50/p99 latency and requests/s, and per stage (the Server-Timing
    header: broker, batch wait, run, reply) the median.
-3. Loaded: a batch cpu worker (niceness LANEWAY_BATCH_NICE, a thread fewer while busy) runs a
-   --batch-items job (trial account, cpu lane), and the same levels run again while it does.
+3. Loaded: the batch cpu workers `laneway fleet` would start here (`--batch-workers`; niceness
+   LANEWAY_BATCH_NICE, a thread fewer while busy, sharing the --threads cores) run a
+   --batch-items job (trial account, cpu lane), and the same levels run again while they do.
 
 4. Peers (`--peers`, e.g. infinity-torch-bfloat16,infinity-optimum,litserve,ray): between
    the idle and the loaded levels, Laneway's web and interactive worker stop and each peer
@@ -303,6 +304,10 @@ def main() -> None:
         "--batch-items", type=int, default=20000, help="the batch job's items (0: idle only)"
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads (the cores)")
+    parser.add_argument(
+        "--batch-workers", type=int, default=0,
+        help="cpu workers of the loaded levels' batch job (default: as `laneway fleet` starts)",
+    )  # fmt: skip
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--task", default="classify", choices=("classify", "embed"))
     parser.add_argument("--texts", default="messages", help="comma list of: messages, peers")
@@ -333,12 +338,14 @@ def main() -> None:
     from db.migrate import upgrade
     from db.models import Chunk, Job
     from db.session import session_scope
+    from fleet.processes import cpu_worker_count
     from inference.precision import choose
     from jobs.submit import submit_job
     from tasks import app
 
     settings = get_settings()
     upgrade(settings)
+    batch_workers = args.batch_workers or cpu_worker_count(settings)
     logdir = Path(tempfile.mkdtemp(prefix="laneway-latency-"))
     env = {"LANEWAY_TORCH_THREADS": str(args.threads), "LANEWAY_CACHE_TTL": "0"}
     procs: list[subprocess.Popen] = []
@@ -449,10 +456,15 @@ def main() -> None:
         if args.batch_items <= 0:  # the idle levels only
             finish(report, args.out)
             return
-        batch_node = f"cpu-bench-{uuid.uuid4().hex[:4]}"
-        batch_argv = [str(BIN / "laneway"), "worker", "cpu", "--name", batch_node]
-        procs.append(start("batch", batch_argv, env, logdir))
-        pids["batch worker"] = procs[-1].pid
+        # The batch side as `laneway fleet` runs it: its count of cpu workers, sharing the
+        # cores (--threads of them) as it shares them.
+        batch_env = {**env, "LANEWAY_TORCH_THREADS": str(max(1, args.threads // batch_workers))}
+        for n in range(batch_workers):
+            batch_node = f"cpu-bench-{uuid.uuid4().hex[:4]}"
+            batch_argv = [str(BIN / "laneway"), "worker", "cpu", "--name", batch_node]
+            procs.append(start(f"batch{n}", batch_argv, batch_env, logdir))
+            pids[f"batch worker {n + 1}"] = procs[-1].pid
+        report["batch_workers"] = batch_workers
         job_texts = load_texts(args.batch_items)
         items = [(f"b{i}", t) for i, t in enumerate(job_texts)]
         job = submit_job(batch_account, items, settings=settings)

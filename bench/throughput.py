@@ -7,9 +7,10 @@
 2. Precision check: bf16 against fp32 on a sample (embeddings within cosine 0.999,
    zero-shot labels unchanged for 99 %, ratings within 0.02). The baseline is the fastest
    precision that passes: what the same hardware gives a user who runs the model alone.
-3. Fleet, as shipped: the command line and environment of `laneway worker cpu`
-   (fleet/processes.py) with default settings (every core, its own
-   precision, niceness, the result cache); an N-item job goes through the service layer the
+3. Fleet, as shipped: the cpu workers `laneway fleet` starts on this host (`--workers auto`:
+   LANEWAY_CPU_WORKERS, one per core by default, sharing the cores), each the command line
+   and environment of `laneway worker cpu` (fleet/processes.py) with default settings (its
+   own precision, niceness, the result cache); an N-item job goes through the service layer the
    API uses (route, COPY, chunks sent a window at a time by fair share, the job settled by
    its last chunk) and is timed from submission to its final status. With --tuned, a
    second fleet run with the given settings, labelled so.
@@ -324,13 +325,19 @@ def main() -> None:
     )
     parser.add_argument(
         "--workers",
-        default="1",
+        default="auto",
         help="the fleet with each of these counts of cpu workers (1,2: two runs; n workers "
-        "take cores/n torch threads each)",
+        "take cores/n torch threads each; auto: as many as `laneway fleet` starts here)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    counts = [int(n) for n in args.workers.split(",") if n.strip()]
+    from core.config.settings import get_settings
+    from fleet.processes import cpu_worker_count
+
+    shipped = cpu_worker_count(get_settings())  # LANEWAY_CPU_WORKERS, `auto` by default
+    counts = [
+        shipped if n.strip() == "auto" else int(n) for n in args.workers.split(",") if n.strip()
+    ]
     # Refused before any work: a reduced precision is the baseline only once it passes the
     # accuracy check against fp32, which must therefore run too.
     offered = cpu_precisions()
@@ -344,7 +351,6 @@ def main() -> None:
             "before one can be the baseline"
         )
 
-    from core.config.settings import get_settings
     from core.store.redis_conn import embedded_redis
     from db.migrate import upgrade
 
@@ -366,7 +372,7 @@ def main() -> None:
         bare.run(texts[:half])
     # n workers on this host as `laneway fleet` runs them (LANEWAY_CPU_WORKERS=n): each
     # with its share of the cores as torch threads.
-    runs = [("as shipped", {}, n) if n == 1 else (f"{n} workers", {}, n) for n in counts]
+    runs = [("as shipped", {}, n) if n == shipped else (f"{n} workers", {}, n) for n in counts]
     if args.tuned:
         runs.append(("tuned", env_pairs(args.tuned), counts[0]))
     with embedded_redis(settings):

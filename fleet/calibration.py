@@ -388,8 +388,9 @@ def calibrate(
     batch, batch_measured = batch_figures(report, tiers, growth, bare)
     if (bench / "controlplane.py").exists():
         out = work / "controlplane.json"
+        # One worker, as the throughput's costs are taken.
         argv = ["bench/controlplane.py", "--items", str(items), "--tasks", task,
-                "--clients", "", "--json", str(out)]  # fmt: skip
+                "--clients", "", "--workers", "1", "--json", str(out)]  # fmt: skip
         cp, _ = run_bench(argv, redis_url, out, timeout=3600)
         batch = BatchCost(**{**batch.__dict__, **controlplane_figures(cp, task)})
     say(f"interactive: bench/latency.py, {seconds:g} s at {levels} clients")

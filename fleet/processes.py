@@ -72,6 +72,58 @@ def worker_env(lane: str, settings: Settings) -> dict[str, str]:
     }
 
 
+# A cpu worker process beside its models' weights: celery's parent and pool child, torch,
+# the tokenizers and a chunk's tensors. Each model's weights count twice: the loaded tensors
+# and the copy a precision's conversion makes.
+WORKER_BASE_BYTES = 768 << 20
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+# Left for the rest of a host's fleet: the interactive worker counts as one more worker,
+# the web app, beat and the supervisor share this.
+FLEET_RESERVE_BYTES = 512 << 20
+# `auto` starts at most this many: every worker holds its own Postgres pool and copy of
+# the models, so a large host runs fewer workers of more threads, not one per core.
+AUTO_CPU_WORKERS_MAX = 8
+
+
+def weights_bytes(settings: Settings) -> int:
+    """The size of the weights files of the models this fleet's tasks run."""
+    from inference.encoder import default_model_path
+
+    folders = {
+        Path(spec.path or default_model_path())
+        for spec in filter(None, (settings.model_for(task) for task in settings.task_models))
+    }
+    total = 0
+    for folder in folders:
+        for file in folder.iterdir() if folder.is_dir() else ():
+            if file.suffix in WEIGHT_SUFFIXES and file.is_file():
+                total += file.stat().st_size
+    return total
+
+
+def cpu_worker_count(
+    settings: Settings, cores: int | None = None, memory: int | None = None
+) -> int:
+    """How many cpu workers `laneway fleet` keeps on this host: LANEWAY_CPU_WORKERS, or for
+    `auto` one per usable core (per LANEWAY_TORCH_THREADS cores where that is set), at most
+    AUTO_CPU_WORKERS_MAX, and no more than the host's available memory holds beside the
+    rest of the fleet, never none. Processes, not threads: a worker's Python between
+    micro-batches (tokenizing, writing results, its claims) holds its GIL, and while one
+    worker is there another computes."""
+    if settings.cpu_workers != "auto":
+        return settings.cpu_workers
+    from core.config.host import available_memory, usable_cores
+
+    cores = usable_cores() if cores is None else cores
+    chosen = "torch_threads" in settings.model_fields_set
+    count = min(AUTO_CPU_WORKERS_MAX, cores // settings.torch_threads if chosen else cores)
+    memory = available_memory() if memory is None else memory
+    if memory is not None:
+        each = WORKER_BASE_BYTES + 2 * weights_bytes(settings)
+        count = min(count, (memory - FLEET_RESERVE_BYTES - each) // each)
+    return max(1, count)
+
+
 def cpu_worker_env(settings: Settings, count: int) -> dict[str, str]:
     """The environment of each of `count` cpu workers on this host. They share its cores:
     each takes cores / count torch threads, unless LANEWAY_TORCH_THREADS is set (then the
@@ -202,8 +254,10 @@ def add_gpu_workers(fleet: Fleet, settings: Settings, devices: Sequence[str], po
 def add_workers(fleet: Fleet, settings: Settings) -> tuple[str, ...]:
     """The cpu workers and the interactive worker (always up) and a gpu worker per device
     (started on demand)."""
-    env = cpu_worker_env(settings, settings.cpu_workers)
-    for n in range(settings.cpu_workers):
+    count = cpu_worker_count(settings)
+    log.info("%d cpu workers on this host (LANEWAY_CPU_WORKERS=%s)", count, settings.cpu_workers)
+    env = cpu_worker_env(settings, count)
+    for n in range(count):
         name = "cpu" if n == 0 else f"cpu{n + 1}"
         argv = worker_argv("cpu", settings, name=name)
         fleet.add(f"worker-{name}", argv, dict(env), ALWAYS, node(name))

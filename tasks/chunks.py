@@ -41,7 +41,7 @@ from inference.stages import Interrupted, StageTimes, TimedRun, interruptible
 from jobs import chunks
 from jobs.chunks import Work
 from jobs.lifecycle import cancel_key, settle
-from workers.cores import CoreShare, StepAside, busy_key
+from workers.cores import CoreShare, StepAside, busy_key, host_batch_workers
 from workers.devices import model_device
 from workers.model_host import get_pipeline
 from workers.refill import refill_soon
@@ -160,6 +160,7 @@ class CancelWatch:
         self.next_look = 0.0  # the first micro-batch looks
         self.busy_key = busy_key()
         pause = settings.batch_yield_max if step_aside else 0.0
+        pause *= host_batch_workers(settings.torch_threads)
         self.step_aside = StepAside(self.redis, max(0.0, pause)) if share else None
         self.cores = CoreShare(settings.torch_threads) if share else None
 

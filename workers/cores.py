@@ -136,6 +136,17 @@ def _torch_threads() -> int:
     return torch.get_num_threads()
 
 
+def host_batch_workers(torch_threads: int, cores: int | None = None) -> int:
+    """How many batch workers of `torch_threads` threads this host's cores hold, as
+    `laneway fleet` shares them (LANEWAY_CPU_WORKERS): each of n waits n times
+    LANEWAY_BATCH_YIELD_MAX while the host is busy, so a steady interactive stream leaves
+    the host's batch side as a whole the same share of the cores whatever its count."""
+    from core.config.host import usable_cores
+
+    cores = usable_cores() if cores is None else cores
+    return max(1, cores // max(1, torch_threads))
+
+
 class CoreShare:
     """The batch side's torch threads, set before each micro-batch: `cores` while the host
     has no interactive work, one fewer (never under 1) while it has; a change only when the

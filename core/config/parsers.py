@@ -349,7 +349,11 @@ _MESSAGES = {
 }
 # A variable whose bound reads better in its own words.
 _FIELD_MESSAGES = {
-    ("batch_nice", "less_than_equal"): "must be a niceness from 0 to 19, got {input}"
+    ("batch_nice", "less_than_equal"): "must be a niceness from 0 to 19, got {input}",
+    **{
+        ("cpu_workers", kind): "must be a count of workers (0 or more) or auto, got {input!r}"
+        for kind in ("int_parsing", "int_from_float")
+    },
 }
 
 

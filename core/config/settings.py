@@ -7,7 +7,6 @@ LANEWAY_DATABASE_URL (Postgres, psycopg 3) and LANEWAY_REDIS_URL.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
@@ -23,6 +22,7 @@ from pydantic_settings import (
 
 from core.config import parsers as parse
 from core.config.environ import ENVIRON, Environment
+from core.config.host import usable_cores
 from core.config.limits import DEFAULT_ACCOUNT_LIMITS, AccountLimits
 from core.config.parsers import (
     Count,
@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     gpu_fallback: Annotated[Literal["", "cpu"], BeforeValidator(parse.lower)] = ""
     device: Annotated[Literal["auto", "cpu", "cuda"], BeforeValidator(parse.lower)] = "auto"
     batch_size: Count = 32
-    torch_threads: Count = Field(default_factory=lambda: os.cpu_count() or 1)
+    torch_threads: Count = Field(default_factory=usable_cores)
     worker_concurrency: Count = 1
     model_path: Annotated[str, BeforeValidator(parse.stripped)] = ""
     max_length: Annotated[int, Field(ge=8)] = 256
@@ -144,7 +144,8 @@ class Settings(BaseSettings):
     ] = ()
     gpu_idle_timeout: Natural = 300
     gpu_scale_down: Annotated[Literal["beat", "external"], BeforeValidator(parse.lower)] = "beat"
-    cpu_workers: Natural = 1
+    # `auto`: one per usable core (fleet/processes.py, cpu_worker_count), within memory.
+    cpu_workers: Annotated[Natural | Literal["auto"], BeforeValidator(parse.lower)] = "auto"
     # Seconds within which each account type expects a batch job done (cost routing).
     deadline_standard: Count = 900
     deadline_enterprise: Count = 8 * 3600

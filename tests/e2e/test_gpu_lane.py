@@ -104,6 +104,7 @@ def fleet(migrated, tmp_path_factory, fleet_home):
         **FALLBACK,
         "LANEWAY_GPU_DEVICES": "0,1",
         "LANEWAY_GPU_IDLE_TIMEOUT": "3",
+        "LANEWAY_CPU_WORKERS": "1",  # the gpu lane is under test: one cpu worker is enough
         "LANEWAY_RECONCILE_INTERVAL": "2",
         "LANEWAY_FAULTS": "stall",
         "LANEWAY_HOME": str(fleet_home),

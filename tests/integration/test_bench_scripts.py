@@ -110,13 +110,15 @@ def test_the_control_plane_benchmark_measures_both_brokers_and_requests_on_a_rea
     rabbitmqctl("status")  # skips where no local node can make the benchmark's vhost
     out = tmp_path / "cp.json"
     argv = [sys.executable, str(ROOT / "bench" / "controlplane.py"), "--items", "100",
-            "--tasks", "embed", "--warmup", "20", "--clients", "2", "--seconds", "1", "--brokers",
+            "--tasks", "embed", "--warmup", "20", "--clients", "2", "--seconds", "1",
+            "--workers", "2", "--brokers",
             "redis,rabbitmq", "--port", str(free_port()), "--json", str(out)]  # fmt: skip
     env = {**os.environ, "LANEWAY_BENCH_RABBITMQ": RABBITMQ}
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["format"] == 2 and list(report["brokers"]) == ["redis", "rabbitmq"]
+    assert report["workers"] == 2  # two cpu workers on this host, as `laneway fleet` runs them
     tiers = {}
     for broker, run in report["brokers"].items():
         job = run["batch"]["embed"]

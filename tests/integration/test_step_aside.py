@@ -136,6 +136,23 @@ def test_the_batch_side_gives_a_core_back_while_the_mark_stands_and_takes_it_aga
     assert watch.cores.changes == 2
 
 
+def test_each_of_several_batch_workers_on_a_host_waits_their_count_times_as_long(
+    sharing, worker_app
+):
+    """Two one-thread workers on this host's cores (as `laneway fleet` runs them by default
+    on two cores) each wait twice LANEWAY_BATCH_YIELD_MAX: the host's batch side as a whole
+    takes the same share of the cores from a steady interactive stream as one worker."""
+    import tasks.chunks
+    from core.config.host import usable_cores
+
+    cores = usable_cores()
+    for threads, count in ((cores, 1), (1, cores)):
+        worker_app(sharing.replace(torch_threads=threads, batch_yield_max=0.5))
+        job_id, _ = stored_job(sharing, ["one text"], prefix=f"n{threads}")
+        watch = tasks.chunks.CancelWatch(job_id, share=True, step_aside=True)
+        assert watch.step_aside.max_pause == pytest.approx(0.5 * count)
+
+
 def test_a_cancelled_job_stops_at_once_even_while_the_host_is_busy(
     sharing, r, monkeypatch, worker_app
 ):

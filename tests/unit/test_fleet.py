@@ -318,8 +318,8 @@ def test_the_fleets_cpu_workers_share_the_hosts_cores_unless_the_operator_chose(
         return fleet.children[name].env.get("LANEWAY_TORCH_THREADS")
 
     cores = Settings.from_env({}).torch_threads  # the default: every core of this host
-    one = worker_fleet(Settings.from_env({}))
-    assert threads(one, "worker-cpu") is None  # one worker: every core, as shipped
+    one = worker_fleet(Settings.from_env({"LANEWAY_CPU_WORKERS": "1"}))
+    assert threads(one, "worker-cpu") is None  # one worker: every core
     three = worker_fleet(Settings.from_env({"LANEWAY_CPU_WORKERS": "3"}))
     share = str(max(1, cores // 3))
     assert [threads(three, f"worker-{n}") for n in ("cpu", "cpu2", "cpu3")] == [share] * 3

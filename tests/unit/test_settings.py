@@ -510,6 +510,13 @@ def test_variable_names_match_as_the_shell_spells_them(monkeypatch):
             "LANEWAY_SESSION_LIFETIME must be at least 60, got 42$",
         ),
         ("LANEWAY_AUTH_CACHE_SECONDS", "1e2", r"at most 60.0, got 100.0$"),
+        ("LANEWAY_CPU_WORKERS", "-1", "LANEWAY_CPU_WORKERS must be at least 0, got -1$"),
+        (
+            "LANEWAY_CPU_WORKERS",
+            "many",
+            "LANEWAY_CPU_WORKERS must be a count of workers \\(0 or more\\) or auto, got 'many'$",
+        ),
+        ("LANEWAY_CPU_WORKERS", "2.5", r"\(0 or more\) or auto, got '2.5'$"),
     ],
 )
 def test_an_out_of_bounds_number_is_quoted_as_read(var, value, message):
@@ -546,3 +553,10 @@ def test_the_broker_is_redis_unless_an_amqp_url_names_rabbitmq():
 def test_a_bad_broker_url_stops_start_up_naming_it(url):
     with pytest.raises(SettingsError, match="LANEWAY_BROKER_URL"):
         Settings.from_env({"LANEWAY_BROKER_URL": url})
+
+
+def test_cpu_workers_are_auto_unless_counted():
+    assert Settings.from_env({}).cpu_workers == "auto"
+    assert Settings.from_env({"LANEWAY_CPU_WORKERS": " AUTO "}).cpu_workers == "auto"
+    assert Settings.from_env({"LANEWAY_CPU_WORKERS": "0"}).cpu_workers == 0  # none here
+    assert Settings.from_env({"LANEWAY_CPU_WORKERS": " 3 "}).cpu_workers == 3
