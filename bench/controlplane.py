@@ -456,7 +456,7 @@ def run_job(
     from sqlalchemy import func, select
 
     from core.config.settings import get_settings
-    from db.models import Job, Result
+    from db.models import Chunk, Job, Result
     from db.session import session_scope
 
     body: dict = {"task": task, "items": [{"id": f"i{i}", "text": t} for i, t in enumerate(texts)]}
@@ -464,8 +464,9 @@ def run_job(
     if profile:
         profile.start(task, meter.tiers)
     before = meter.read()
-    started = time.perf_counter()
+    started, clock = time.perf_counter(), time.time()
     job = call(fleet.port, "POST", "/v1/jobs", key, payload)
+    accepted = time.perf_counter() - started
     # The final status is read from the job's row: a GET /v1/jobs/<id> every 0.1 s would
     # add its progress count over the results to what is measured.
     job_id = uuid.UUID(job["id"])
@@ -482,6 +483,24 @@ def run_job(
         query = select(func.count(), func.count(Result.error)).where(Result.job_id == job_id)
         results, errors = session.execute(query).one()
         chunk_size = session.scalar(select(Job.chunk_size).where(Job.id == job_id))
+        first, last, busy = session.execute(
+            select(
+                func.min(Chunk.started_at),
+                func.max(Chunk.finished_at),
+                func.sum(func.extract("epoch", Chunk.finished_at - Chunk.started_at)),
+            ).where(Chunk.job_id == job_id)
+        ).one()
+        finalized = session.scalar(select(Job.finished_at).where(Job.id == job_id))
+    # Where the job's wall time went: its intake (until the POST's answer), the wait for
+    # the first chunk, the chunks' run, the job's settling after its last chunk; `chunks`:
+    # the chunks' own seconds from claim to finish, all workers together.
+    timeline = {
+        "accepted": round(accepted, 3),
+        "first_chunk_started": round(first.timestamp() - clock, 3) if first else None,
+        "last_chunk_finished": round(last.timestamp() - clock, 3) if last else None,
+        "finalized": round(finalized.timestamp() - clock, 3) if finalized else None,
+        "chunks": round(float(busy or 0.0), 3),
+    }
     stages = row.get("stage_seconds") or {}
     spent["worker_outside_model"] = spent["cpu_workers"] - float(stages.get("model") or 0.0)
     return {
@@ -494,6 +513,7 @@ def run_job(
         "items_per_s": round(len(texts) / elapsed, 1),
         "chunk_size": chunk_size,
         "stage_seconds": stages,
+        "timeline": timeline,
         "cpu_ms_per_1000_items": per_thousand(spent, len(texts)),
         **({"profile": profiled} if profiled else {}),
     }
