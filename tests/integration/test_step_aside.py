@@ -199,6 +199,9 @@ def test_the_gpu_lanes_cpu_fallback_shares_the_cores_the_same_way(sharing, r, ca
         sharing, ["my parcel is late", "login fails"], lane="gpu", prefix="g"
     )
     prep_chunk.apply(args=(chunk_id,)).get()
+    # The prep stage may be this process's first model load, which sets the environment's
+    # thread count (tests run with one): the host's two cores, as the sharing worker had.
+    torch.set_num_threads(2)
     r.set(busy_key(), "1", px=60_000)
     with caplog.at_level(logging.INFO, logger="tasks.chunks"):
         model_chunk.apply(args=(chunk_id,)).get()
