@@ -163,9 +163,9 @@ class JobItem(Base):
 
     __tablename__ = "job_items"
 
-    job_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
-    )
+    # No foreign key: its check cost every bulk-written row a lock on the job's row; a
+    # trigger deletes a deleted job's items (db/migrations/versions/0014).
+    job_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     pos: Mapped[int] = mapped_column(Integer, primary_key=True)
     idx: Mapped[int] = mapped_column(Integer)
     item_id: Mapped[str] = mapped_column(String(200))
@@ -258,9 +258,8 @@ class Result(Base):
 
     __tablename__ = "results"
 
-    job_id: Mapped[uuid.UUID] = mapped_column(
-        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
-    )
+    # As job_items': no foreign key, a trigger deletes a deleted job's results.
+    job_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     idx: Mapped[int] = mapped_column(Integer, primary_key=True)
     item_id: Mapped[str] = mapped_column(String(200))
     label: Mapped[str | None] = mapped_column(String(200))
