@@ -12,8 +12,9 @@ takes 4 bytes a character, in the decoded body and again in its string).
 The web app refuses a body whose cost is above MEMORY_MULTIPLE times its size plus
 MEMORY_FLOOR (413), so parsing one never takes more than that.
 
-The scan runs in numpy, in blocks of BLOCK bytes: a few milliseconds a MiB, a few MiB of
-memory whatever the body's size or shape.
+The scan runs in numpy, in blocks of BLOCK bytes: a few MiB of memory whatever the body's
+size or shape. Most bodies never need it: counted anywhere, strings included, their marks
+already keep them within the budget (`quick_cost`).
 """
 
 from __future__ import annotations
@@ -65,7 +66,18 @@ def structure(data: bytes) -> tuple[int, int, int]:
 
 def parse_cost(data: bytes) -> int:
     """An upper bound, in bytes, of what json.loads(data) allocates."""
-    braces, colons, marks = structure(data)
+    return _cost(data, *structure(data))
+
+
+def quick_cost(data: bytes) -> int:
+    """parse_cost's bound with the marks counted inside strings too: never below it, and
+    each count one pass in C (`bytes.count`), far quicker than the scan that tells
+    strings apart. Text holds few such marks, so for most bodies it is close."""
+    marks = data.count(b"[") + data.count(b",")
+    return _cost(data, data.count(b"{"), data.count(b":"), marks)
+
+
+def _cost(data: bytes, braces: int, colons: int, marks: int) -> int:
     per_byte = PER_BYTE if data.isascii() else PER_BYTE_WIDE
     return per_byte * len(data) + PER_VALUE * (marks + 1) + PER_KEY * colons + PER_DICT * braces
 
@@ -78,8 +90,8 @@ def budget(size: int) -> int:
 def too_costly(data: bytes) -> str | None:
     """Why `data` would cost too much to parse, or None when it may be parsed."""
     most = PER_BYTE_WIDE * len(data) + max(PER_DICT, PER_KEY, PER_VALUE) * len(data) + PER_VALUE
-    if budget(len(data)) >= most:
-        return None  # small enough that no shape can pass the budget: no scan needed
+    if budget(len(data)) >= most or quick_cost(data) <= budget(len(data)):
+        return None  # no shape this small, or not this body's marks even in its strings
     cost = parse_cost(data)
     if cost <= budget(len(data)):
         return None

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from webapp import jsonbudget
-from webapp.jsonbudget import MIB, budget, parse_cost, structure, too_costly
+from webapp.jsonbudget import MIB, budget, parse_cost, quick_cost, structure, too_costly
 
 
 def reference(data: bytes) -> tuple[int, int, int]:
@@ -120,3 +120,19 @@ def test_bodies_shaped_to_be_expensive_are_refused_and_ordinary_ones_are_not():
     # Small bodies are never refused, whatever their shape.
     assert too_costly(_body(b"[]", 1000)) is None
     assert budget(1) > 64 * MIB
+
+
+@given(json_values)
+def test_the_quick_count_is_never_below_the_scans_cost(value):
+    data = json.dumps(value, ensure_ascii=False).encode()
+    assert quick_cost(data) >= parse_cost(data)
+
+
+@pytest.mark.slow
+def test_texts_full_of_marks_are_scanned_not_refused():
+    """Texts of brackets, commas and colons make the quick count exceed the budget; the
+    scan, which skips strings, finds the body cheap and lets it through."""
+    text = b'{"id": "%d", "text": "' + b"[,{:" * 40 + b'"}'
+    body = b'{"items": [' + b",".join(text % n for n in range(60_000)) + b"]}"
+    assert quick_cost(body) > budget(len(body)) >= parse_cost(body)
+    assert too_costly(body) is None
