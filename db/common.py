@@ -58,14 +58,16 @@ def chunks_of(session: Session, job_id: uuid.UUID) -> list[Chunk]:
 
 def chunk_items(session: Session, chunk: Chunk) -> list[Any]:
     """The chunk's items as (idx, item_id, text) rows, in length order: its range of
-    positions, or the items it names (a retry chunk)."""
+    positions, or the items it names (a retry chunk). Read on the session's connection
+    without the ORM's loading (rows of plain columns, thousands a chunk), and without a
+    flush: no pending change touches job_items."""
     where = (
         [JobItem.pos.in_(chunk.positions)]
         if chunk.positions is not None
         else [JobItem.pos >= chunk.start, JobItem.pos < chunk.stop]
     )
     return list(
-        session.execute(
+        session.connection().execute(
             select(JobItem.idx, JobItem.item_id, JobItem.text)
             .where(JobItem.job_id == chunk.job_id, *where)
             .order_by(JobItem.pos)

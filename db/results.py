@@ -35,22 +35,26 @@ def upsert_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str,
     An output's vector is stored as float32 bytes in `vector` (core/util/vectors.py)."""
     if not rows:
         return
-    rows = [_with_vector(row) for row in rows]
-    if session.connection().dialect.name == "postgresql" and copy_results(session, job_id, rows):
+    split = vectors.split_many([row.get("output") for row in rows])
+    postgres = session.connection().dialect.name == "postgresql"
+    if postgres and copy_results(session, job_id, rows, split):
         return
+    # New dicts: the outputs are shared (the result cache's store reads them).
+    pairs = zip(rows, split, strict=True)
+    rows = [{**row, "output": out, "vector": vec} for row, (out, vec) in pairs]
     _upsert_results(session, job_id, rows)
 
 
-def _with_vector(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with its output's vector moved to `vector` (a new dict: outputs are shared)."""
-    output, packed = vectors.split(row.get("output"))
-    return {**row, "output": output, "vector": packed}
-
-
-def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, Any]]) -> bool:
+def copy_results(
+    session: Session,
+    job_id: uuid.UUID,
+    rows: Sequence[dict[str, Any]],
+    split: Sequence[tuple[dict[str, Any] | None, bytes | None]],
+) -> bool:
     """The rows by one `COPY` when none of their items has a result yet (a chunk's first
     finish, nearly always), in a savepoint; False, nothing written, when one has (a retried
-    dead letter, a redelivery): then only an upsert can overwrite it.
+    dead letter, a redelivery): then only an upsert can overwrite it. `split`: each row's
+    output without its vector, and the vector packed (vectors.split_many).
 
     `COPY` costs the worker less than a statement per row (SQLAlchemy's and psycopg's work
     per row and parameter). In binary form a vector travels as its float32 bytes, not as
@@ -64,12 +68,12 @@ def copy_results(session: Session, job_id: uuid.UUID, rows: Sequence[dict[str, A
     try:
         with cursor.copy(COPY_RESULTS) as copy:
             copy.set_types(COPY_TYPES)
-            for row in rows:
+            for row, (output, vector) in zip(rows, split, strict=True):
                 # dumps(None): a failed item's output is JSON's null, as the ORM stores it.
                 # A row may leave out what it has not (a label, an error), as for the upsert.
                 copy.write_row(
                     (job_id, row["idx"], row["item_id"], row.get("label"),
-                     dumps(row.get("output")), row.get("vector"), row.get("error"))
+                     dumps(output), vector, row.get("error"))
                 )  # fmt: skip
     except psycopg.errors.UniqueViolation:
         nested.rollback()

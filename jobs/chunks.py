@@ -143,7 +143,7 @@ def claim(
             chunk.attempts += 1
             chunk.worker = hostname
         mark_job_running(session, job.id)
-        items = [(i.idx, i.item_id, i.text) for i in chunk_items(session, chunk)]
+        items = [tuple(row) for row in chunk_items(session, chunk)]
         tracing.set_attributes(job=job.id, chunk=chunk.id, items=len(items), lane=chunk.queue)
         return Claim(
             Work(

@@ -57,6 +57,32 @@ def split(output: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bytes |
     return {k: v for k, v in output.items() if k != FIELD}, packed
 
 
+def split_many(
+    outputs: Sequence[dict[str, Any] | None],
+) -> list[tuple[dict[str, Any] | None, bytes | None]]:
+    """`split` of each output, the same pairs, a chunk's vectors packed together: the
+    pipeline's vectors are float arrays of one length, and one stack, one check and one
+    conversion for them all cost less than several numpy calls for each. Any other output
+    (a list, another length, a vector `pack` refuses) goes through `split`."""
+    pairs: list[tuple[dict[str, Any] | None, bytes | None] | None] = [None] * len(outputs)
+    arrays = [
+        (i, o[FIELD])
+        for i, o in enumerate(outputs)
+        if o and isinstance(o.get(FIELD), np.ndarray) and o[FIELD].dtype.kind == "f"
+    ]
+    shape = arrays[0][1].shape if arrays else ()
+    alike = [(i, a) for i, a in arrays if a.shape == shape] if len(shape) == 1 and shape[0] else []
+    if alike:
+        stacked = np.stack([a for _, a in alike])
+        exact = np.abs(stacked).max(axis=1) < _EXACT_BELOW  # NaN compares False: refused
+        packed = stacked.astype(_F32)
+        for row, (i, _) in enumerate(alike):
+            output = outputs[i]
+            if exact[row] and output is not None:
+                pairs[i] = ({k: v for k, v in output.items() if k != FIELD}, packed[row].tobytes())
+    return [pair if pair is not None else split(o) for pair, o in zip(pairs, outputs, strict=True)]
+
+
 def join(output: dict[str, Any] | None, packed: bytes | None) -> dict[str, Any]:
     """The output `split` took apart, the vector as a list of floats (for JSON)."""
     out = dict(output or {})

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.store.cache import entry, read_entry
-from core.util.vectors import join, pack, split, unpack
+from core.util.vectors import join, pack, split, split_many, unpack
 
 six_places = st.floats(-7.999999, 7.999999).map(lambda x: round(x, 6))
 
@@ -78,3 +78,40 @@ def test_a_json_cache_entry_of_before_reads_as_written() -> None:
         "embedding": [0.1, -0.2],
         "tokens": 2,
     }
+
+
+# What a chunk's outputs may hold: the pipeline's float64 rows (of one length, or not),
+# values float32 cannot give back, lists (a cached output read from JSON), integers, empty
+# vectors, outputs without a vector, failed items (None).
+_component = st.one_of(six_places, st.sampled_from([8.0, -9.5, math.nan, math.inf, -math.inf]))
+_vector = st.one_of(
+    st.lists(six_places, min_size=3, max_size=3).map(np.array),
+    st.lists(_component, min_size=3, max_size=3).map(np.array),
+    st.lists(six_places, min_size=0, max_size=5).map(np.array),
+    st.lists(six_places, min_size=3, max_size=3),
+    st.lists(st.integers(-5, 5), min_size=3, max_size=3).map(np.array),
+)
+_output = st.one_of(
+    st.none(),
+    st.fixed_dictionaries({"embedding": _vector}),
+    st.fixed_dictionaries({"embedding": _vector, "label": st.sampled_from(["a", "b"])}),
+    st.fixed_dictionaries({"label": st.just("a")}),
+    st.fixed_dictionaries({"embedding": st.none()}),
+)
+
+
+@given(st.lists(_output, max_size=12))
+def test_a_chunks_vectors_packed_together_are_each_vector_packed_alone(outputs) -> None:
+    """split_many gives what split gives each output, whatever the chunk mixes, and leaves
+    every output as it was."""
+    before = [None if o is None else dict(o) for o in outputs]
+    together, alone = split_many(outputs), [split(o) for o in outputs]
+    assert len(together) == len(alone)
+    for (out, packed), (out_alone, packed_alone) in zip(together, alone, strict=True):
+        assert packed == packed_alone
+        if packed is None:
+            assert out is out_alone  # kept whole: the same object
+        else:
+            assert out == out_alone and "embedding" not in out
+    for o, b in zip(outputs, before, strict=True):
+        assert o is b is None or (o.keys() == b.keys() and all(o[k] is b[k] for k in b))
