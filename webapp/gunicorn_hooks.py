@@ -1,4 +1,4 @@
-"""gunicorn's hooks for `laneway web` (`--config python:webapp.gunicorn_hooks`)."""
+"""gunicorn's hooks and logger for `laneway web` (`--config python:webapp.gunicorn_hooks`)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,14 @@ def post_worker_init(worker: Any) -> None:
     if "LANEWAY_SETTINGS" in config:
         session_factory(config["LANEWAY_SETTINGS"])
     freeze_startup_objects()
+
+
+# Access lines leave the request's thread (webapp/accesslog.py).
+logger_class = "webapp.accesslog.AccessLogger"
+
+
+def worker_exit(_server: Any, worker: Any) -> None:
+    """A worker that stops writes the access lines still waiting for its writer thread."""
+    drain = getattr(getattr(worker, "log", None), "drain", None)
+    if drain is not None:
+        drain()

@@ -1,0 +1,115 @@
+"""gunicorn's access log, written off the request's thread (`laneway web`'s logger class).
+
+gunicorn writes each access line in the thread that served the request: it builds an atom
+for every request and response header and every WSGI environ entry, formats the line, and
+writes and flushes it under the log handler's lock, which a web process's 32 threads take
+in turn. Here a request only appends the fields the line needs to a queue; one thread per
+process formats each line as gunicorn would (the same format, its quote escaping, the
+same handlers, so redaction and log shipping see the same lines) and writes those waiting
+in one record: a write and a flush for them all, redacted as one text. Lines wait at most
+FLUSH_EVERY seconds; a worker drains its queue as it exits (webapp/gunicorn_hooks.py), and
+a killed one loses at most those.
+
+A format naming a header or an environ atom (`%({name}i)s` ...) needs what a request no
+longer carries: with one, each line is written as gunicorn writes it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from typing import Any
+
+from gunicorn import glogging
+
+FLUSH_EVERY = 0.05  # seconds a line may wait for the writer
+# The environ entries gunicorn's atoms read (HTTP_AUTHORIZATION: the `u` atom's user).
+ENVIRON = ("REMOTE_ADDR", "REQUEST_METHOD", "RAW_URI", "SERVER_PROTOCOL", "PATH_INFO",
+           "QUERY_STRING", "HTTP_REFERER", "HTTP_USER_AGENT", "HTTP_AUTHORIZATION")  # fmt: skip
+
+
+class AccessLogger(glogging.Logger):
+    def __init__(self, cfg: Any) -> None:
+        self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._writer: threading.Thread | None = None
+        self._writer_pid = 0
+        self._lock = threading.Lock()
+        self._draining = threading.Lock()
+        super().__init__(cfg)
+
+    def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
+        if not self.access_log_enabled:
+            return
+        if "{" in self.cfg.access_log_format:  # header or environ atoms: gunicorn's own way
+            super().access(resp, req, environ, request_time)
+            return
+        kept = {name: environ[name] for name in ENVIRON if name in environ}
+        self._pending.append(
+            (resp.status, getattr(resp, "sent", None), kept, request_time, time.time())
+        )
+        if self._writer_pid != os.getpid():  # the first request of this (forked) worker
+            self._start_writer()
+
+    def _start_writer(self) -> None:
+        with self._lock:
+            if self._writer_pid == os.getpid():
+                return
+            self._writer = threading.Thread(target=self._write_forever, daemon=True)
+            self._writer_pid = os.getpid()
+            self._writer.start()
+
+    def _write_forever(self) -> None:
+        while True:
+            time.sleep(FLUSH_EVERY)
+            self.drain()
+
+    def drain(self) -> None:
+        """Write every line waiting, in the order the requests ended (one drainer at a
+        time: a worker's exit drains beside its writer thread)."""
+        with self._draining:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        lines = []
+        while self._pending:
+            try:
+                lines.append(self.cfg.access_log_format % self.line_atoms(*self._pending.popleft()))
+            except Exception:  # noqa: BLE001 - as gunicorn's access(): report, go on
+                self.exception("could not format an access line")
+        if lines:
+            # One record, one write and flush, for the lines waiting: a record per line
+            # cost the writer as much as the requests saved.
+            self.access_log.info("%s", "\n".join(lines))
+
+    def line_atoms(
+        self, status: Any, sent: Any, environ: dict[str, Any], request_time: Any, at: float
+    ) -> glogging.SafeAtoms:
+        """gunicorn's atoms (Logger.atoms) but the headers' and environ's, with the time
+        the request ended rather than the time the line is written."""
+        if isinstance(status, str):
+            status = status.split(None, 1)[0]
+        seconds, micros = request_time.seconds, request_time.microseconds
+        atoms = {
+            "h": environ.get("REMOTE_ADDR", "-"),
+            "l": "-",
+            "u": self._get_user(environ) or "-",
+            "t": time.strftime("[%d/%b/%Y:%H:%M:%S %z]", time.localtime(at)),
+            "r": f"{environ['REQUEST_METHOD']} {environ['RAW_URI']} {environ['SERVER_PROTOCOL']}",
+            "s": status,
+            "m": environ.get("REQUEST_METHOD"),
+            "U": environ.get("PATH_INFO"),
+            "q": environ.get("QUERY_STRING"),
+            "H": environ.get("SERVER_PROTOCOL"),
+            "b": sent is not None and str(sent) or "-",
+            "B": sent,
+            "f": environ.get("HTTP_REFERER", "-"),
+            "a": environ.get("HTTP_USER_AGENT", "-"),
+            "T": seconds,
+            "D": seconds * 1000000 + micros,
+            "M": seconds * 1000 + int(micros / 1000),
+            "L": f"{seconds}.{micros:06d}",
+            "p": f"<{os.getpid()}>",
+        }
+        return self.atoms_wrapper_class(atoms)
