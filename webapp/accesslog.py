@@ -2,7 +2,7 @@
 
 gunicorn writes each access line in the thread that served the request: it builds an atom
 for every request and response header and every WSGI environ entry, formats the line, and
-writes and flushes it under the log handler's lock, which a web process's 32 threads take
+writes and flushes it under the log handler's lock, which a web process's threads take
 in turn. Here a request only appends the fields the line needs to a queue; one thread per
 process formats each line as gunicorn would (the same format, its quote escaping, the
 same handlers, so redaction and log shipping see the same lines) and writes those waiting
