@@ -20,6 +20,7 @@ import collections
 import os
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from gunicorn import glogging
@@ -33,8 +34,7 @@ ENVIRON = ("REMOTE_ADDR", "REQUEST_METHOD", "RAW_URI", "SERVER_PROTOCOL", "PATH_
 class AccessLogger(glogging.Logger):
     def __init__(self, cfg: Any) -> None:
         self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._writer: threading.Thread | None = None
-        self._writer_pid = 0
+        self._writer_pid = 0  # the process whose writer thread runs
         self._lock = threading.Lock()
         self._draining = threading.Lock()
         super().__init__(cfg)
@@ -56,9 +56,8 @@ class AccessLogger(glogging.Logger):
         with self._lock:
             if self._writer_pid == os.getpid():
                 return
-            self._writer = threading.Thread(target=self._write_forever, daemon=True)
             self._writer_pid = os.getpid()
-            self._writer.start()
+            threading.Thread(target=self._write_forever, daemon=True).start()
 
     def _write_forever(self) -> None:
         while True:
@@ -86,30 +85,10 @@ class AccessLogger(glogging.Logger):
     def line_atoms(
         self, status: Any, sent: Any, environ: dict[str, Any], request_time: Any, at: float
     ) -> glogging.SafeAtoms:
-        """gunicorn's atoms (Logger.atoms) but the headers' and environ's, with the time
-        the request ended rather than the time the line is written."""
-        if isinstance(status, str):
-            status = status.split(None, 1)[0]
-        seconds, micros = request_time.seconds, request_time.microseconds
-        atoms = {
-            "h": environ.get("REMOTE_ADDR", "-"),
-            "l": "-",
-            "u": self._get_user(environ) or "-",
-            "t": time.strftime("[%d/%b/%Y:%H:%M:%S %z]", time.localtime(at)),
-            "r": f"{environ['REQUEST_METHOD']} {environ['RAW_URI']} {environ['SERVER_PROTOCOL']}",
-            "s": status,
-            "m": environ.get("REQUEST_METHOD"),
-            "U": environ.get("PATH_INFO"),
-            "q": environ.get("QUERY_STRING"),
-            "H": environ.get("SERVER_PROTOCOL"),
-            "b": sent is not None and str(sent) or "-",
-            "B": sent,
-            "f": environ.get("HTTP_REFERER", "-"),
-            "a": environ.get("HTTP_USER_AGENT", "-"),
-            "T": seconds,
-            "D": seconds * 1000000 + micros,
-            "M": seconds * 1000 + int(micros / 1000),
-            "L": f"{seconds}.{micros:06d}",
-            "p": f"<{os.getpid()}>",
-        }
+        """gunicorn's own atoms (Logger.atoms) of what the request left (no headers; the
+        environ entries a line reads), with the time the request ended rather than the
+        time the line is written."""
+        resp = SimpleNamespace(status=status, sent=sent, headers=())
+        atoms = self.atoms(resp, SimpleNamespace(headers=()), environ, request_time)
+        atoms["t"] = time.strftime("[%d/%b/%Y:%H:%M:%S %z]", time.localtime(at))
         return self.atoms_wrapper_class(atoms)

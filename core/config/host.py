@@ -10,6 +10,7 @@ tests give a folder of their own.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -24,8 +25,10 @@ def _read(path: Path) -> str | None:
         return None
 
 
+@functools.cache
 def usable_cores(root: Path = Path("/")) -> int:
-    """The cores this process may run on: its affinity, within its cgroup's CPU quota."""
+    """The cores this process may run on: its affinity, within its cgroup's CPU quota; read
+    once per process (every Settings and every chunk's step-aside asks)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
