@@ -23,6 +23,7 @@ from jobs.inputs import InputError, Limits, json_items, parse_json_body, parse_l
 from jobs.lifecycle import LaneFull
 from jobs.submit import parse_tasks, resolve_labels, submit_job
 from webapp import interactive_client as ic
+from webapp import ratelimit_gate
 from webapp.api import job_created, lane_full
 from webapp.auth import app_settings, check_account
 from webapp.errors import error_response
@@ -82,7 +83,9 @@ def _applied(response: Response, wait: float) -> Response:
 
 
 def _as_job(settings: Settings, tasks: list[str], labels: list[str], items) -> Response:
-    """No answer in time: the request becomes a job in Postgres, answered 202."""
+    """No answer in time: the request becomes a job in Postgres, answered 202 (counted
+    against the rate limit first if it has not been)."""
+    ratelimit_gate.count_pending()
     try:
         job = submit_job(
             g.account, items, tasks=tasks, labels=labels or None, source="api", settings=settings
@@ -137,6 +140,7 @@ def _sync(task: str) -> Response:
 
 
 def _sync_view(task: str):  # noqa: ANN202
+    @ratelimit_gate.gated
     def view() -> Response:
         return _sync(task)
 

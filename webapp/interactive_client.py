@@ -21,6 +21,7 @@ from core.store.interactive_protocol import Request, push
 from core.store.interactive_protocol import send_and_wait as send_and_wait_answer
 from core.store.redis_conn import client_url
 from jobs.lanes import alive_workers
+from webapp import ratelimit_gate
 from webapp.refresh_ahead import read_ahead
 
 log = logging.getLogger(__name__)
@@ -147,10 +148,12 @@ def missed(settings: Settings, lane: str) -> None:
 
 def send_and_wait(settings: Settings, request: Request, lane: str, wait: float) -> dict | None:
     """Queue a request for the lane's interactive workers and wait up to `wait` seconds for
-    its answer (one round trip); None when none came, or Redis is away (its caller then
-    stores the request as a job)."""
+    its answer (one round trip, the caller's rate limit counted in it when it is gated:
+    webapp/ratelimit_gate.py); None when none came, or Redis is away (its caller then
+    stores the request as a job). RateLimitExceeded when the limit refused it."""
+    gate = ratelimit_gate.pending()
     try:
-        return send_and_wait_answer(blocking_client(settings), request, lane, wait)
+        return send_and_wait_answer(blocking_client(settings), request, lane, wait, gate)
     except (redis.RedisError, OSError) as exc:
         log.warning("the interactive path is unavailable: %s", type(exc).__name__)
         return None

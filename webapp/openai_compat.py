@@ -29,6 +29,7 @@ from core.config.settings import ModelSpec, Settings
 from core.store import interactive_protocol as ia
 from jobs.inputs import InputError, Limits, parse_json_body, text_items
 from webapp import interactive_client as ic
+from webapp import ratelimit_gate
 from webapp.auth import app_settings, check_account
 from webapp.errors import OPENAI_BLUEPRINT, error_response
 from webapp.interactive import cached_results
@@ -247,6 +248,7 @@ def compute(settings: Settings, texts: list[str], wait: float) -> list[dict[str,
             body = ic.send_and_wait(settings, parts[0], lane, wait)
             bodies += [] if body is None else [body]
         else:
+            ratelimit_gate.count_pending()  # the gate queues a lone request only
             for part in parts:
                 part.deadline = time.time() + wait
             ic.send(settings, parts, lane)
@@ -279,6 +281,7 @@ def unavailable(wait: float) -> Response:
 
 
 @openai.post("/embeddings")
+@ratelimit_gate.gated
 def create_embeddings() -> Response:
     settings = app_settings()
     if not request.is_json:

@@ -24,9 +24,10 @@ from limits.storage import RedisStorage
 PREFIX = "laneway+"
 FRESH = 1.0  # seconds a window read with a hit answers the header's read
 
-# limits' acquire_sliding_window.lua, returning the window it leaves as well as the
-# verdict: {acquired (0/1), previous count, previous TTL ms, current count, current TTL ms}.
-ACQUIRE_AND_READ = """
+# limits' acquire_sliding_window.lua (KEYS[1], KEYS[2]: the previous and current windows;
+# ARGV: limit, expiry in seconds, amount), leaving `acquired` (0/1) and the window as it
+# leaves it. The scripts below end it with what they do with the verdict.
+ACQUIRE = """
 local limit = tonumber(ARGV[1])
 local expiry = tonumber(ARGV[2]) * 1000
 local amount = tonumber(ARGV[3])
@@ -61,8 +62,11 @@ if amount <= limit and (weighted_count + amount) <= limit then
     current_ttl = tonumber(redis.call('pttl', KEYS[2]))
     acquired = 1
 end
-return {acquired, previous_count, previous_ttl, current_count, current_ttl}
 """
+WINDOW = "return {acquired, previous_count, previous_ttl, current_count, current_ttl}\n"
+# The verdict and the window it leaves: {acquired (0/1), previous count, previous TTL ms,
+# current count, current TTL ms}.
+ACQUIRE_AND_READ = ACQUIRE + WINDOW
 
 
 class OneTripRedisStorage(RedisStorage):
@@ -78,14 +82,23 @@ class OneTripRedisStorage(RedisStorage):
         super().initialize_storage(uri)
         self.lua_acquire_and_read = self.get_connection().register_script(ACQUIRE_AND_READ)
 
+    def window_keys(self, key: str) -> list[str]:
+        """The Redis keys of a limit key's previous and current windows (the scripts' KEYS)."""
+        return [
+            self.prefixed_key(self._previous_window_key(key)),
+            self.prefixed_key(self._current_window_key(key)),
+        ]
+
     def acquire_sliding_window_entry(
         self, key: str, limit: int, expiry: int, amount: int = 1
     ) -> bool:
-        previous_key = self.prefixed_key(self._previous_window_key(key))
-        current_key = self.prefixed_key(self._current_window_key(key))
-        acquired, previous, previous_ttl, current, current_ttl = self.lua_acquire_and_read(
-            [previous_key, current_key], [limit, expiry, amount]
-        )
+        verdict = self.lua_acquire_and_read(self.window_keys(key), [limit, expiry, amount])
+        return self.remember(key, expiry, verdict)
+
+    def remember(self, key: str, expiry: int, verdict: list[int]) -> bool:
+        """Keep the window a hit left (an ACQUIRE script's `WINDOW`) for the header's read
+        that follows on this thread; whether the hit was acquired."""
+        acquired, previous, previous_ttl, current, current_ttl = verdict
         window = (
             int(previous),
             max(0, previous_ttl) / 1000,

@@ -19,7 +19,7 @@ from flask_wtf.csrf import CSRFProtect
 
 from core.config.settings import Settings
 from core.store.redis_conn import client_url
-from webapp import ratelimit_storage
+from webapp import ratelimit_gate, ratelimit_storage
 from webapp.auth import BEARER_BLUEPRINTS, identify
 from webapp.errors import error_response
 from webapp.jsonbudget import too_costly
@@ -74,6 +74,8 @@ def _read_key(path: Path) -> str:
         raise RuntimeError(f"{path} is empty: delete it, or set LANEWAY_SECRET_KEY")
     return key
 
+
+KEY_PREFIX = "laneway"  # the limiter's keys in Redis
 
 # Where the bearer blueprints' routes live, and only theirs (a test holds the URL map to it).
 BEARER_PATHS = "/v1/"
@@ -144,19 +146,22 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
             f"(LANEWAY_RATE_LIMIT_{account.type.upper()}); retry after Retry-After seconds"
         )
 
+    account_limit = ApplicationLimit(rate_limit, error_message=breach_message)
     limiter = Limiter(
         _rate_key,
-        application_limits=[ApplicationLimit(rate_limit, error_message=breach_message)],
+        application_limits=[account_limit],
         storage_uri=limiter_storage_url(settings.redis_url),
         storage_options={"socket_timeout": 5},
         strategy="sliding-window-counter",
-        key_prefix="laneway",
+        key_prefix=KEY_PREFIX,
         headers_enabled=True,
         retry_after="delta-seconds",
         # Redis down must not turn every request into a 500: the limiter logs and lets it pass.
         swallow_errors=True,
     )
     limiter.init_app(app)
+    # A synchronous interactive request is counted in the round trip that queues it.
+    limiter.request_filter(ratelimit_gate.request_filter(limiter, account_limit, KEY_PREFIX))
     # Load balancers, probes, Prometheus and KEDA poll these, all from few addresses and
     # without a key: they must never be refused.
     for view in ("ops.livez", "ops.healthz", "ops.metrics", "ops.lanes"):
@@ -190,7 +195,10 @@ def _refuse_costly_json() -> Response | None:
     ):
         return None
     problem = too_costly(request.get_data())  # kept: the view reads the same bytes
-    return error_response(413, "body_too_complex", problem) if problem else None
+    if not problem:
+        return None
+    ratelimit_gate.count_pending()  # over the limit: the 429, as before any other answer
+    return error_response(413, "body_too_complex", problem)
 
 
 def _rate_limit_headers(response: Response) -> Response:

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 
@@ -169,20 +169,39 @@ def push(pipe: redis.client.Pipeline, lane: str, requests: Sequence[Request]) ->
     pipe.expire(key, REQUESTS_TTL)
 
 
+class Gate(Protocol):
+    """What may stand before a request's queueing in `send_and_wait`'s round trip (the web
+    app's rate limit: webapp/ratelimit_gate.py): it adds commands that queue the request on
+    `key` or refuse it, answering the `reply` list at once when refused, and reads their
+    first reply's verdict (raising when refused)."""
+
+    def queue(self, pipe: redis.client.Pipeline, key: str, payload: bytes, reply: str) -> None:
+        """Add the commands that queue `payload` on `key` (or refuse it) to `pipe`."""
+
+    def settle(self, verdict: Any) -> None:  # noqa: ANN401 - what the gate's command returned
+        """Read the first command's reply; raise when the request was refused."""
+
+
 def send_and_wait(
-    r: redis.Redis, request: Request, lane: str, timeout: float
+    r: redis.Redis, request: Request, lane: str, timeout: float, gate: Gate | None = None
 ) -> dict[str, Any] | None:
     """Queue a request for its lane's interactive workers and wait up to `timeout` seconds
     for its answer, in one round trip (the push and the BLPOP travel in one pipeline: Redis
-    runs the push, then blocks the connection on the answer). None: no answer in time."""
+    runs the push, then blocks the connection on the answer); a `gate` queues it instead,
+    in the same pipeline. None: no answer in time."""
     if timeout <= 0:
         return None
     request.deadline = time.time() + timeout
     with r.pipeline(transaction=False) as pipe:
-        push(pipe, lane, [request])
+        if gate is None:
+            push(pipe, lane, [request])
+        else:
+            gate.queue(pipe, requests_key(lane), request.encode(), reply_key(request.id))
         pipe.blpop([reply_key(request.id)], timeout=max(timeout, 0.01))
-        got = pipe.execute()[-1]
-    return None if got is None else loads(got[1])
+        got = pipe.execute()
+    if gate is not None:
+        gate.settle(got[0])
+    return None if got[-1] is None else loads(got[-1][1])
 
 
 class Popper:
