@@ -1,5 +1,6 @@
-"""A job's intake: items staged as they arrive, then the job, its items (in length order)
-and its chunks written in one transaction."""
+"""A job's intake: a file's items staged as they arrive (or a JSON body's, already in
+memory, collected), then the job, its items (in length order) and its chunks written in one
+transaction."""
 
 from __future__ import annotations
 
@@ -40,6 +41,11 @@ STAGED = Table(
     prefixes=["TEMPORARY"],
 )
 SQLITE_BATCH = 5000
+# The most items of a body in memory the intake collects (`collect_items`): each costs the
+# web process a few hundred bytes more while the job is written, beside what parsing it
+# took (webapp/jsonbudget.py bounds that); a larger body streams through the temporary
+# table as a file does.
+COLLECT_MAX_ITEMS = 200_000
 CHUNK_BATCH = 1000  # chunk rows per INSERT: a million items make 3,907 chunks of 256
 
 
@@ -48,6 +54,19 @@ class Staged:
     """Items waiting in this transaction's temporary table for their job."""
 
     count: int
+
+
+@dataclass(frozen=True)
+class Collected:
+    """Items this process holds already (a JSON body's, parsed in memory): written straight
+    into job_items with their places in length order, without the temporary table and the
+    INSERT ... SELECT that sorts a stream's items in the database."""
+
+    rows: list[tuple[str, str, int]]  # (id, text, place)
+
+    @property
+    def count(self) -> int:
+        return len(self.rows)
 
 
 class DuplicateItem(ValueError):
@@ -109,6 +128,55 @@ def stage_items(
     return Staged(count)
 
 
+def collect_items(
+    session: Session,
+    rows: Iterable[tuple[str, str, int]],
+    progress: Callable[[int], None] | None = None,
+    every: int = 100_000,
+) -> Collected:
+    """The (id, text, place) rows of a body already in memory, collected as they are
+    checked; `progress` hears the count every `every`."""
+    if session.connection().dialect.name == "sqlite":
+        hold_write_lock(session)  # the routing's reads come before the job's writes
+    collected: list[tuple[str, str, int]] = []
+    for row in rows:
+        collected.append(row)
+        if progress is not None and len(collected) % every == 0:
+            progress(len(collected))
+    return Collected(collected)
+
+
+def _write_collected(session: Session, job_id: uuid.UUID, items: Collected) -> None:
+    """Write collected items into job_items: each one's place in length order (ties in input
+    order), as the staged path's INSERT ... SELECT computes it; DuplicateItem, before any
+    row is written, when an id repeats."""
+    first: dict[str, int] = {}
+    for item_id, _, place in items.rows:
+        seen = first.setdefault(item_id, place)
+        if seen != place:
+            raise DuplicateItem(item_id, place, seen)
+    rows = items.rows
+    # Postgres' length() counts characters, as len() does; the sort is stable (ties stay in
+    # input order). In length order, the chunks' ranges of `pos` lie together on disk as
+    # the staged path's do.
+    order = sorted(range(len(rows)), key=[len(text) for _, text, _ in rows].__getitem__)
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        raw = conn.connection.driver_connection
+        sql = "COPY job_items (job_id, idx, pos, item_id, text) FROM STDIN"
+        with raw.cursor() as cur, cur.copy(sql) as copy:
+            for pos, n in enumerate(order):
+                copy.write_row((job_id, n, pos, rows[n][0], rows[n][1]))
+        return
+    sql = "INSERT INTO job_items (job_id, idx, pos, item_id, text) VALUES (?, ?, ?, ?, ?)"
+    key = job_id.hex  # SQLAlchemy's Uuid stores it so on SQLite
+    for start in range(0, len(order), SQLITE_BATCH):
+        batch = order[start : start + SQLITE_BATCH]
+        conn.exec_driver_sql(
+            sql, [(key, n, start + k, rows[n][0], rows[n][1]) for k, n in enumerate(batch)]
+        )
+
+
 def hold_write_lock(session: Session) -> None:
     """SQLite: begin the transaction holding the database's write lock (waiting for it as
     for any write). The temporary table's statements read the main database's schema,
@@ -145,7 +213,7 @@ def create_job(
     account_id: int,
     tasks: Sequence[str],
     labels: Sequence[str],
-    items: Staged | Iterable[tuple[str, str]],
+    items: Staged | Collected | Iterable[tuple[str, str]],
     lane: str,
     chunks: Sequence[tuple[int, int]],
     chunk_size: int,
@@ -154,11 +222,12 @@ def create_job(
     routing: dict[str, Any] | None = None,
 ) -> Job:
     """Write a job, its items and its chunks; the caller commits. `items` are either
-    staged already (stage_items) or (id, text) pairs staged here. Raises DuplicateItem
+    staged already (stage_items), collected (collect_items), or (id, text) pairs staged here.
+    Raises DuplicateItem
     (and writes no item) when two items share an id. With `held` (every job submitted)
     its chunks wait for slots on the lane (jobs/fairshare.py); without, they are queued
     at once, for the caller to send."""
-    if not isinstance(items, Staged):
+    if not isinstance(items, Staged | Collected):
         items = stage_items(session, ((i, t, n) for n, (i, t) in enumerate(items)))
     job = Job(
         id=uuid.uuid4(),
@@ -180,6 +249,17 @@ def create_job(
     )
     session.add(job)
     session.flush()
+    if isinstance(items, Collected):
+        _write_collected(session, job.id, items)
+    else:
+        _write_staged(session, job.id, items)
+    _write_chunks(session, job.id, lane, chunks, held)
+    return job
+
+
+def _write_staged(session: Session, job_id: uuid.UUID, items: Staged) -> None:
+    """The staged items into job_items, sorted in the database; DuplicateItem (and no item
+    written) when an id repeats."""
     t = STAGED.c
     # Each item's place in length order, ties in input order; nothing at all when an id
     # repeats (one hash aggregate, computed once, in the same statement).
@@ -189,7 +269,7 @@ def create_job(
         insert(JobItem)
         .from_select(
             ["job_id", "idx", "pos", "item_id", "text"],
-            select(literal(job.id, Uuid), t.idx, pos, t.item_id, t.text).where(~repeated.exists()),
+            select(literal(job_id, Uuid), t.idx, pos, t.item_id, t.text).where(~repeated.exists()),
         )
         .execution_options(preserve_rowcount=True)  # kept for UPDATEs only unless asked
     ).rowcount
@@ -197,12 +277,21 @@ def create_job(
         raise _first_duplicate(session)
     if session.connection().dialect.name != "postgresql":
         session.connection().exec_driver_sql(f"DROP TABLE temp.{STAGED.name}")
+
+
+def _write_chunks(
+    session: Session,
+    job_id: uuid.UUID,
+    lane: str,
+    chunks: Sequence[tuple[int, int]],
+    held: bool,
+) -> None:
     for first in range(0, len(chunks), CHUNK_BATCH):
         session.execute(
             insert(Chunk),
             [
                 {
-                    "job_id": job.id,
+                    "job_id": job_id,
                     "seq": seq,
                     "start": start,
                     "stop": stop,
@@ -217,7 +306,6 @@ def create_job(
                 )
             ],
         )
-    return job
 
 
 def first_stage(lane: str) -> str:

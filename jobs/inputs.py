@@ -152,6 +152,10 @@ class ItemStream:
 
     rows: Iterator[Row]
     where: str = "items[{}]"
+    # How many rows a body already parsed in memory (JSON) holds, None for a file's: the
+    # intake may collect a body's rows and write them in length order itself (db/intake.py
+    # `collect_items`); a file's stream through the database in bounded memory.
+    in_memory: int | None = None
 
     def at(self, place: int) -> str:
         return self.where.format(place)
@@ -233,13 +237,13 @@ def json_items(raw: Any, limits: Limits) -> ItemStream:
                 raise InputError(f"items[{n}]: must be an object with 'id' and 'text'")
             yield item.get("id"), item.get("text"), n
 
-    return ItemStream(_checked(rows(), limits, "items[{}]"), "items[{}]")
+    return ItemStream(_checked(rows(), limits, "items[{}]"), "items[{}]", in_memory=len(raw))
 
 
 def text_items(raw: list[Any], limits: Limits, where: str) -> ItemStream:
     """Items from a list of bare texts (OpenAI's `input`), each id its place in the list."""
     rows = ((str(n), text, n) for n, text in enumerate(raw))
-    return ItemStream(_checked(rows, limits, where), where)
+    return ItemStream(_checked(rows, limits, where), where, in_memory=len(raw))
 
 
 def _line_limit(limits: Limits) -> int:

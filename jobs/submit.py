@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from core.config.settings import ModelSpec, Settings, get_settings
 from core.vocab import TASKS
-from db.intake import DuplicateItem, create_job, stage_items
+from db.intake import COLLECT_MAX_ITEMS, DuplicateItem, collect_items, create_job, stage_items
 from db.models import Account, Job
 from db.session import session_factory
 from jobs import fairshare
@@ -132,7 +132,9 @@ def store_job(
     """
     settings = settings or get_settings()
     labels = resolve_labels(settings, tasks, labels)
-    staged = stage_items(session, items.rows, progress)
+    small = items.in_memory is not None and items.in_memory <= COLLECT_MAX_ITEMS
+    collect = collect_items if small else stage_items
+    staged = collect(session, items.rows, progress)
     if staged.count == 0:
         raise InputError("the job has no items")
     # On this transaction's connection: one per job stored, whatever the burst.

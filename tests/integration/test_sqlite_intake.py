@@ -11,14 +11,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from db.accounts import create_account
-from db.intake import create_job, stage_items
+from db.intake import collect_items, create_job, stage_items
 from db.migrate import upgrade
 from db.models import Job, JobItem
 from db.session import make_engine
 from jobs.planner import plan_chunks
 
 
-def test_a_write_landing_mid_intake_waits_for_the_job_instead_of_failing_it(tmp_path):
+@pytest.mark.parametrize("collect", [stage_items, collect_items], ids=["staged", "collected"])
+def test_a_write_landing_mid_intake_waits_for_the_job_instead_of_failing_it(tmp_path, collect):
     path = tmp_path / "laneway.db"
     url = f"sqlite:///{path}"
     upgrade(url=url)
@@ -32,7 +33,7 @@ def test_a_write_landing_mid_intake_waits_for_the_job_instead_of_failing_it(tmp_
         other = sqlite3.connect(path, timeout=0.2)
         texts = [f"message {i}" for i in range(50)]
         with Session(engine) as session:
-            staged = stage_items(session, ((f"i{i}", t, i) for i, t in enumerate(texts)))
+            staged = collect(session, ((f"i{i}", t, i) for i, t in enumerate(texts)))
             # The routing's reads come between the staging and the job's rows.
             session.execute(select(func.count()).select_from(Job)).scalar()
             with pytest.raises(sqlite3.OperationalError, match="locked"):
