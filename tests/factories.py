@@ -4,8 +4,12 @@ and worker processes as their heartbeats register them."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import Engine
 
 from db.accounts import create_account
 from db.common import chunks_of, utcnow
@@ -62,3 +66,25 @@ def add_worker(settings, queues, *, idle_for=0.0, running=0, seen_ago=0.0) -> st
             )
         )
     return instance
+
+
+@contextmanager
+def sqlite_with_account(path: Path, name: str = "a") -> Iterator[tuple[Engine, int]]:
+    """A new SQLite database at `path`, migrated, with one committed account: its engine
+    (disposed afterwards) and the account's id."""
+    from sqlalchemy.orm import Session
+
+    from db.migrate import upgrade
+    from db.session import make_engine
+
+    url = f"sqlite:///{path}"
+    upgrade(url=url)
+    engine = make_engine(url)
+    try:
+        with Session(engine) as session:
+            account, _ = create_account(session, name, "standard")
+            session.commit()
+            account_id = account.id
+        yield engine, account_id
+    finally:
+        engine.dispose()

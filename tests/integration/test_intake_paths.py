@@ -12,12 +12,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from db.accounts import create_account
 from db.intake import DuplicateItem, collect_items, create_job, stage_items
-from db.migrate import upgrade
 from db.models import Job, JobItem
 from db.session import make_engine
 from jobs.planner import plan_chunks
+from tests.factories import sqlite_with_account
 
 PATHS = {"staged": stage_items, "collected": collect_items}
 
@@ -66,16 +65,9 @@ def database(request, tmp_path, settings, migrated):
         account, _ = request.getfixturevalue("account_factory")("standard")  # committed
         yield request.getfixturevalue("db_session"), account.id
         return
-    url = f"sqlite:///{tmp_path / 'laneway.db'}"
-    upgrade(url=url)
-    engine = make_engine(url)
-    try:
+    with sqlite_with_account(tmp_path / "laneway.db") as (engine, account_id):
         with Session(engine) as session:
-            account, _ = create_account(session, "paths", "standard")
-            session.commit()
-            yield session, account.id
-    finally:
-        engine.dispose()
+            yield session, account_id
 
 
 @pytest.mark.parametrize("seed,n", [(1, 1), (2, 40), (3, 700)])

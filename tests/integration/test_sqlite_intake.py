@@ -10,25 +10,16 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from db.accounts import create_account
 from db.intake import collect_items, create_job, stage_items
-from db.migrate import upgrade
 from db.models import Job, JobItem
-from db.session import make_engine
 from jobs.planner import plan_chunks
+from tests.factories import sqlite_with_account
 
 
 @pytest.mark.parametrize("collect", [stage_items, collect_items], ids=["staged", "collected"])
 def test_a_write_landing_mid_intake_waits_for_the_job_instead_of_failing_it(tmp_path, collect):
     path = tmp_path / "laneway.db"
-    url = f"sqlite:///{path}"
-    upgrade(url=url)
-    engine = make_engine(url)
-    try:
-        with Session(engine) as session:
-            account, _ = create_account(session, "a", "standard")
-            session.commit()
-            account_id = account.id
+    with sqlite_with_account(path) as (engine, account_id):
         # Another process (a worker's heartbeat), told to wait a moment at most.
         other = sqlite3.connect(path, timeout=0.2)
         texts = [f"message {i}" for i in range(50)]
@@ -60,5 +51,3 @@ def test_a_write_landing_mid_intake_waits_for_the_job_instead_of_failing_it(tmp_
                 select(func.count()).select_from(JobItem).where(JobItem.job_id == job_id)
             )
             assert items == len(texts)
-    finally:
-        engine.dispose()
