@@ -202,3 +202,25 @@ def test_redis_away_turns_a_gated_request_into_a_job_not_a_500(make_app, account
     response = embed(client, key, "no redis")
     assert response.status_code == 202, response.json
     assert jobs_of(account.id) == 1
+
+
+def test_a_burst_at_the_limit_lets_exactly_the_limit_through(
+    worker, make_app, settings, account_factory
+):
+    """Sixteen callers at once, gated and not, two web apps, a budget of ten: ten answered,
+    six refused, whichever way each was counted."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    apps = [limited(make_app, settings, "10/minute") for _ in range(2)]
+    _, key = account_factory("trial")
+    t = uuid.uuid4().hex[:8]
+
+    def call(n: int) -> int:
+        client = apps[n % 2].test_client()
+        if n % 3:
+            return embed(client, key, f"burst {n} {t}").status_code
+        return client.get("/v1/account", headers=auth(key)).status_code
+
+    with ThreadPoolExecutor(16) as pool:
+        codes = list(pool.map(call, range(16)))
+    assert sorted(codes) == [200] * 10 + [429] * 6, codes
