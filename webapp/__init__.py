@@ -12,6 +12,7 @@ from core.queueing.celery_app import make_celery
 from webapp.admin import admin
 from webapp.api import api
 from webapp.errors import register_error_handlers
+from webapp.fastpath import FastPath
 from webapp.interactive import interactive
 from webapp.openai_compat import openai
 from webapp.ops import ops
@@ -48,4 +49,6 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["laneway_limiter"] = init_security(app, settings)
     register_error_handlers(app)
     tracing.instrument_flask(app)
+    # The plain synchronous request answered beneath Flask (webapp/fastpath.py).
+    app.wsgi_app = FastPath(app)  # type: ignore[method-assign]
     return app

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from flask import abort, current_app, g, request, session
+from flask import Flask, abort, current_app, g, request, session
 
 from core.config.settings import Settings
 from db.accounts import is_live, live_key
@@ -61,31 +61,44 @@ def _identified(settings: Settings, account: Account, prefix: str) -> None:
     request.max_content_length = settings.limits_for(account.type).max_upload_bytes
 
 
-def key_cache() -> KeyCache:
+def key_cache(app: Flask | None = None) -> KeyCache:
     """This web process's trusted API keys (webapp/keycache.py), read again ahead of their
     lapse (webapp/refresh_ahead.py)."""
-    cache = current_app.extensions.get("laneway_keys")
+    app = app or current_app
+    cache = app.extensions.get("laneway_keys")
     if cache is None:
-        made = KeyCache(app_settings().auth_cache_seconds, refresh=read_ahead)
-        cache = current_app.extensions.setdefault("laneway_keys", made)
+        settings = app.config["LANEWAY_SETTINGS"]
+        made = KeyCache(settings.auth_cache_seconds, refresh=read_ahead)
+        cache = app.extensions.setdefault("laneway_keys", made)
     return cache
 
 
-def _from_bearer() -> None:
-    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+def bearer_key(authorization: str) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header's value, else None."""
+    scheme, _, key = authorization.partition(" ")
     key = key.strip()
-    if scheme.lower() != "bearer" or not key:
-        return
-    g.auth_problem = "the API key is not valid (unknown, revoked or mistyped)"
-    settings = app_settings()
+    return key if scheme.lower() == "bearer" and key else None
+
+
+def account_for_key(app: Flask, key: str) -> tuple[Account, str] | None:
+    """The live key's account (an object of the caller's own) and prefix, or None."""
+    settings = app.config["LANEWAY_SETTINGS"]
 
     def look_up() -> KeyRow | None:
         with session_factory(settings)() as db:
             return key_row(live_key(db, key))
 
-    found = key_cache().find(key, look_up)
+    return key_cache(app).find(key, look_up)
+
+
+def _from_bearer() -> None:
+    key = bearer_key(request.headers.get("Authorization", ""))
+    if key is None:
+        return
+    g.auth_problem = "the API key is not valid (unknown, revoked or mistyped)"
+    found = account_for_key(current_app._get_current_object(), key)  # type: ignore[attr-defined]
     if found is not None:
-        _identified(settings, *found)
+        _identified(app_settings(), *found)
 
 
 def _from_session() -> None:

@@ -40,13 +40,25 @@ def _parse(settings: Settings, fields: tuple[str, ...], tasks: list[str] | None)
     """Tasks, labels and (id, text) items of a small request; InputError when bad."""
     if not request.is_json:
         abort(415, description="send a JSON object (Content-Type: application/json)")
-    body = parse_json_body(request.get_data(), fields)
+    return parse_sync(settings, g.account.type, request.get_data(), fields, tasks)
+
+
+def parse_sync(
+    settings: Settings,
+    account_type: str,
+    data: bytes,
+    fields: tuple[str, ...],
+    tasks: list[str] | None,
+) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """Tasks, labels and (id, text) items of a small request's JSON body; InputError when
+    bad (the web app's fast path parses with it too: webapp/fastpath.py)."""
+    body = parse_json_body(data, fields)
     if tasks is None:
         tasks = parse_tasks(body.get("tasks"), body.get("task"))
     if "items" not in body:
         raise InputError("'items' is required")
     raw = body["items"]
-    limit = min(settings.sync_max_items, settings.limits_for(g.account.type).max_items)
+    limit = min(settings.sync_max_items, settings.limits_for(account_type).max_items)
     if isinstance(raw, list) and len(raw) > limit:
         raise InputError(
             f"'items' has {len(raw)} items; a synchronous request takes at most {limit} "
@@ -95,9 +107,13 @@ def _as_job(settings: Settings, tasks: list[str], labels: list[str], items) -> R
     return job_created(job)
 
 
-def cached_results(settings: Settings, tasks, labels, items) -> list[dict[str, Any]] | None:
-    """Every item's output from the result cache, or None (then the worker computes)."""
-    cache = ResultCache(ic.blocking_client(settings), settings).scoped(g.account.id)
+def cached_results(
+    settings: Settings, tasks, labels, items, account_id: int | None = None
+) -> list[dict[str, Any]] | None:
+    """Every item's output from the result cache (the caller's account's, or
+    `account_id`'s), or None (then the worker computes)."""
+    account = g.account.id if account_id is None else account_id
+    cache = ResultCache(ic.blocking_client(settings), settings).scoped(account)
     outputs = cache.get(tasks, labels, [t for _, t in items])
     if any(o is None for o in outputs):
         return None
@@ -111,6 +127,13 @@ def _sync(task: str) -> Response:
     except InputError as exc:
         return error_response(400, "invalid_input", str(exc))
     wait = _wait(settings)
+    if ratelimit_gate.SENT in request.environ:
+        # The fast path queued it and counted it: no answer came in time, or a failure.
+        failed = request.environ[ratelimit_gate.SENT]
+        ratelimit_gate.show_counted()
+        if failed is None:
+            return _as_job(settings, tasks, labels, items)
+        return error_response(503, "inference_failed", failed.get("error", "failed"))
     started = time.perf_counter()
     results = cached_results(settings, tasks, labels, items)
     cached = results is not None

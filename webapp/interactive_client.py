@@ -146,12 +146,19 @@ def missed(settings: Settings, lane: str) -> None:
         chooser(settings).missed()
 
 
-def send_and_wait(settings: Settings, request: Request, lane: str, wait: float) -> dict | None:
+def send_and_wait(
+    settings: Settings,
+    request: Request,
+    lane: str,
+    wait: float,
+    gate: ratelimit_gate.Gate | None = None,
+) -> dict | None:
     """Queue a request for the lane's interactive workers and wait up to `wait` seconds for
     its answer (one round trip, the caller's rate limit counted in it when it is gated:
     webapp/ratelimit_gate.py); None when none came, or Redis is away (its caller then
-    stores the request as a job). RateLimitExceeded when the limit refused it."""
-    gate = ratelimit_gate.pending()
+    stores the request as a job). RateLimitExceeded when the limit refused it (in a
+    request; outside one, None and `gate.refused`). `gate`: this request's, if not in g."""
+    gate = gate or ratelimit_gate.pending()
     try:
         return send_and_wait_answer(blocking_client(settings), request, lane, wait, gate)
     except (redis.RedisError, OSError) as exc:

@@ -40,6 +40,9 @@ from webapp.ratelimit_storage import ACQUIRE, WINDOW
 
 log = logging.getLogger(__name__)
 
+# Set in a request's WSGI environ (never from a header) by the fast path that queued it,
+# counted, and got no answer in time: the view stores it as a job (webapp/fastpath.py).
+SENT = "laneway.sent"
 # The endpoints whose view queues the request through the gate.
 GATED = frozenset(
     [f"interactive.sync_{task}" for task in ("classify", "score", "extract", "embed")]
@@ -73,7 +76,7 @@ class Gate:
         # `limit`: a RuntimeLimit, what iterating an ApplicationLimit yields (not exported).
         self.limiter, self.limit, self.args = limiter, limit, args
         self.key = limit.limit.key_for(*args)
-        self.counted = False
+        self.counted = self.refused = False
 
     @property
     def storage(self) -> Any:  # noqa: ANN401 - the limiter's OneTripRedisStorage
@@ -88,10 +91,12 @@ class Gate:
         # BLPOP behind it waiting out its whole timeout on a NOSCRIPT error.
         pipe.eval(ACQUIRE_AND_QUEUE, len(keys), *keys, *args)
 
-    def settle(self, verdict: list[int]) -> None:
-        """What the script decided: the headers' window; RateLimitExceeded when refused."""
+    def settle(self, verdict: list[int]) -> bool:
+        """What the script decided: the headers' window; whether the request was queued.
+        Refused within a Flask request: RateLimitExceeded (outside one, `refused`)."""
         acquired = self.storage.remember(self.key, self.limit.limit.get_expiry(), verdict)
-        self._decided(acquired)
+        self.decided(acquired)
+        return acquired
 
     def count(self) -> None:
         """Count the request now, through the limiter's storage (one script); raises
@@ -103,47 +108,88 @@ class Gate:
         except (redis.RedisError, OSError) as exc:
             log.warning("rate limit not counted, Redis is away: %s", type(exc).__name__)
             return
-        self._decided(acquired)
+        self.decided(acquired)
 
-    def _decided(self, acquired: bool) -> None:
-        self.counted = True
+    def window(self) -> tuple[float, int]:
+        """When the window resets (a Unix time) and what it has left, as the headers show
+        them (from the count just made: no round trip)."""
+        return tuple(self.limiter.limiter.get_window_stats(self.limit.limit, *self.args))
+
+    def decided(self, acquired: bool) -> None:
+        """The count's verdict: shown in the answer's headers (in a Flask request), and
+        RateLimitExceeded there when refused."""
+        self.counted, self.refused = True, not acquired
+        if not acquired:
+            log.info("ratelimit %s (%s) exceeded", self.limit.limit, self.args[1])
+        if not has_request_context():
+            return  # the fast path (webapp/fastpath.py) hands a refusal to the app
         shown = RequestLimit(self.limiter, self.limit.limit, self.args, not acquired, True)
         context = self.limiter.context
         context.view_rate_limit, context.view_rate_limits = shown, [shown]
         if not acquired:
-            log.info("ratelimit %s (%s) exceeded", self.limit.limit, self.args[1])
             raise RateLimitExceeded(self.limit)
 
 
-def request_filter(limiter: Limiter, limit: ApplicationLimit, prefix: str) -> Callable[[], bool]:
-    """Flask-Limiter's request filter: True (Flask-Limiter leaves the request alone) for an
-    identified account's POST to a gated endpoint under a one-item limit, with the request's
-    Gate in g.rate_gate."""
-    runtime: dict[str, list[Any]] = {}  # per limit string, as Flask-Limiter parses it
+class Gates:
+    """Makes each gated request's Gate: for Flask-Limiter's request filter (`request_filter`)
+    and for the web app's fast path (`for_account`), on the same limit, keys and storage."""
 
-    def gate_it() -> bool:
-        if request.method != "POST" or request.endpoint not in GATED or g.get("account") is None:
-            return False
-        text = limit.limit_provider() if callable(limit.limit_provider) else limit.limit_provider
-        if text not in runtime:
-            runtime[text] = list(limit)
-        limits = runtime[text]
+    def __init__(
+        self, limiter: Limiter, limit: ApplicationLimit, prefix: str, account_key: Callable
+    ) -> None:
+        self.limiter, self.limit, self.prefix, self.account_key = (
+            limiter,
+            limit,
+            prefix,
+            account_key,
+        )
+        self.runtime: dict[str, list[Any]] = {}  # per limit string, as Flask-Limiter parses it
+
+    def for_account(self, account: Any) -> Gate | None:  # noqa: ANN401 - an Account
+        """The account's Gate, None when its limit is not one item. Called where g.account
+        is `account` (the limit's provider reads it there)."""
+        provider = self.limit.limit_provider
+        text = provider() if callable(provider) else provider
+        if text not in self.runtime:
+            self.runtime[text] = list(self.limit)
+        limits = self.runtime[text]
         if len(limits) != 1:
-            return False
+            return None
         (one,) = limits
-        args = [one.key_func(), one.scope_for(request.endpoint, request.method)]
-        if not all(args):
-            return False
-        g.rate_gate = Gate(limiter, one, [prefix, *args] if prefix else args)
-        return True
+        # An ApplicationLimit's scope is its name ("global"), whatever the endpoint.
+        args = [self.account_key(account.id), one.scope_for("", None)]
+        return Gate(self.limiter, one, [self.prefix, *args] if self.prefix else args)
 
-    return gate_it
+    def request_filter(self) -> Callable[[], bool]:
+        """Flask-Limiter's request filter: True (Flask-Limiter leaves the request alone) for
+        an identified account's POST to a gated endpoint under a one-item limit, with the
+        request's Gate in g.rate_gate (counted already when the fast path sent it)."""
+
+        def gate_it() -> bool:
+            account = g.get("account")
+            if request.method != "POST" or request.endpoint not in GATED or account is None:
+                return False
+            gate = self.for_account(account)
+            if gate is None:
+                return False
+            gate.counted = SENT in request.environ  # by the fast path that queued it
+            g.rate_gate = gate
+            return True
+
+        return gate_it
 
 
 def pending() -> Gate | None:
     """This request's gate while it has not been counted (None outside a request)."""
     gate = g.get("rate_gate") if has_request_context() else None
     return gate if gate is not None and not gate.counted else None
+
+
+def show_counted() -> None:
+    """A request the fast path counted: its answer shows the window that count left."""
+    gate = g.get("rate_gate")
+    if gate is not None:
+        gate.decided(True)
 
 
 def count_pending() -> None:

@@ -102,10 +102,14 @@ def limiter_storage_url(redis_url: str) -> str:
     return ratelimit_storage.PREFIX + url
 
 
+def account_rate_key(account_id: int) -> str:
+    # Never the key itself: rate-limit keys are logged when a limit is hit.
+    return f"account:{account_id}"
+
+
 def _rate_key() -> str:
     account = g.get("account")
-    # Never the key itself: rate-limit keys are logged when a limit is hit.
-    return f"account:{account.id}" if account is not None else f"address:{request.remote_addr}"
+    return account_rate_key(account.id) if account is not None else f"address:{request.remote_addr}"
 
 
 def init_security(app: Flask, settings: Settings) -> Limiter:
@@ -161,7 +165,9 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
     )
     limiter.init_app(app)
     # A synchronous interactive request is counted in the round trip that queues it.
-    limiter.request_filter(ratelimit_gate.request_filter(limiter, account_limit, KEY_PREFIX))
+    gates = ratelimit_gate.Gates(limiter, account_limit, KEY_PREFIX, account_rate_key)
+    limiter.request_filter(gates.request_filter())
+    app.extensions["laneway_gates"] = gates
     # Load balancers, probes, Prometheus and KEDA poll these, all from few addresses and
     # without a key: they must never be refused.
     for view in ("ops.livez", "ops.healthz", "ops.metrics", "ops.lanes"):

@@ -178,8 +178,8 @@ class Gate(Protocol):
     def queue(self, pipe: redis.client.Pipeline, key: str, payload: bytes, reply: str) -> None:
         """Add the commands that queue `payload` on `key` (or refuse it) to `pipe`."""
 
-    def settle(self, verdict: Any) -> None:  # noqa: ANN401 - what the gate's command returned
-        """Read the first command's reply; raise when the request was refused."""
+    def settle(self, verdict: Any) -> bool:  # noqa: ANN401 - what the gate's command returned
+        """Read the first command's reply: whether the request was queued (or raise)."""
 
 
 def send_and_wait(
@@ -199,8 +199,8 @@ def send_and_wait(
             gate.queue(pipe, requests_key(lane), request.encode(), reply_key(request.id))
         pipe.blpop([reply_key(request.id)], timeout=max(timeout, 0.01))
         got = pipe.execute()
-    if gate is not None:
-        gate.settle(got[0])
+    if gate is not None and not gate.settle(got[0]):
+        return None  # refused: never queued (the BLPOP took the gate's empty answer)
     return None if got[-1] is None else loads(got[-1][1])
 
 

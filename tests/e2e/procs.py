@@ -191,3 +191,18 @@ def worker_ready(proc: Proc, node: str, models: bool = True) -> Callable[[], boo
         return any(node in r for r in replies) and loaded
 
     return ready
+
+
+@contextmanager
+def interactive_worker(settings, logdir: Path, name: str, env=None) -> Iterator[Proc]:
+    """One `laneway worker interactive` on the run's Redis (earlier tests' messages that
+    nobody waits for emptied first), stopped afterwards."""
+    from tests.broker import empty_queues
+
+    empty_queues(settings)
+    argv = [str(BIN / "laneway"), "worker", "interactive", "--name", name]
+    proc = start_worker(name, argv, logdir, env=env)
+    try:
+        yield proc
+    finally:
+        proc.stop()

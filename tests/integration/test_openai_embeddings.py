@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from core.vocab import POISON_MARKER
-from tests.e2e.procs import BIN, start_worker
+from tests.e2e.procs import interactive_worker
 from tests.integration.conftest import auth
 
 pytestmark = pytest.mark.e2e
@@ -22,15 +22,10 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory, settings, migrated):
     """One interactive worker for the module, its poison fault on."""
-    from tests.broker import empty_queues
-
-    empty_queues(settings)
-    logdir = tmp_path_factory.mktemp("openai")
-    argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "openai-it"]
     env = {"LANEWAY_FAULTS": "poison", "LANEWAY_CACHE_TTL": "300"}
-    proc = start_worker("openai-it", argv, logdir, env=env)
-    yield proc
-    proc.stop()
+    logdir = tmp_path_factory.mktemp("openai")
+    with interactive_worker(settings, logdir, "openai-it", env) as proc:
+        yield proc
 
 
 @pytest.fixture

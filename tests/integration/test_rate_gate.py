@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from core.store.interactive_protocol import requests_key
 from db.models import Job
 from db.session import session_scope
-from tests.e2e.procs import BIN, start_worker
+from tests.e2e.procs import interactive_worker
 from tests.integration.conftest import auth
 from tests.integration.test_interactive import wait_stored
 from tests.integration.test_json_budget import _costly
@@ -27,21 +27,16 @@ JSON = {"Content-Type": "application/json"}
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory, settings, migrated):
-    from tests.broker import empty_queues
-
-    empty_queues(settings)
     logdir = tmp_path_factory.mktemp("rategate")
-    argv = [str(BIN / "laneway"), "worker", "interactive", "--name", "rategate-it"]
-    proc = start_worker("rategate-it", argv, logdir, env={"LANEWAY_CACHE_TTL": "300"})
-    yield proc
-    proc.stop()
+    with interactive_worker(settings, logdir, "rategate-it", {"LANEWAY_CACHE_TTL": "300"}) as proc:
+        yield proc
 
 
 def limited(make_app, settings, rate: str, **changes):
     """An app whose trial accounts may make `rate` (one limit item: gated)."""
     limits = dict(settings.account_limits)
     limits["trial"] = type(limits["trial"])(rate, 10, 16 << 20)
-    return make_app(account_limits=limits, sync_timeout=30.0, cache_ttl=300, **changes)
+    return make_app(**{"account_limits": limits, "sync_timeout": 30.0, "cache_ttl": 300, **changes})
 
 
 def embed(client, key, *texts, headers=None, **extra):
