@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import redis
 from flask import Flask, g
 
 from core.obs import tracing
@@ -152,8 +153,14 @@ class FastPath:
 
 def rate_limit_headers(gate: ratelimit_gate.Gate) -> list[tuple[str, str]]:
     """The headers an answer within the limit carries: Flask-Limiter's X-RateLimit-* (the
-    reset as a Unix time) and the IETF draft's RateLimit-* (webapp/security.py)."""
-    reset_time, remaining = gate.window()
+    reset as a Unix time) and the IETF draft's RateLimit-* (webapp/security.py). Redis
+    away when the window is read again (a wait past the count's freshness): none, as
+    Flask-Limiter then writes none."""
+    try:
+        reset_time, remaining = gate.window()
+    except (redis.RedisError, OSError) as exc:
+        log.warning("rate-limit headers left out, Redis is away: %s", type(exc).__name__)
+        return []
     item = gate.limit.limit
     now = time.time()
     return [
