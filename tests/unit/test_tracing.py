@@ -122,7 +122,8 @@ if "opentelemetry.trace" in sys.modules:  # redis-py imports the API (its own me
 print(json.dumps({
     "modules": sorted(m for m in sys.modules if m.startswith("opentelemetry")),
     "provider": repr(provider) if provider is not None else None,
-    "wrapped": app.wsgi_app.__func__ is not Flask.wsgi_app,
+    # Beneath the fast path (webapp/fastpath.py), Flask's own WSGI callable.
+    "wrapped": app.wsgi_app.inner.__func__ is not Flask.wsgi_app,
     "message": request.message(),
     "carrier": tracing.carrier(),
     "span": span,
