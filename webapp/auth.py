@@ -80,8 +80,10 @@ def bearer_key(authorization: str) -> str | None:
     return key if scheme.lower() == "bearer" and key else None
 
 
-def account_for_key(app: Flask, key: str) -> tuple[Account, str] | None:
-    """The live key's account (an object of the caller's own) and prefix, or None."""
+def account_for_key(key: str, app: Flask | None = None) -> tuple[Account, str] | None:
+    """The live key's account (an object of the caller's own) and prefix, or None; `app`
+    when called outside its requests (the fast path)."""
+    app = app or current_app
     settings = app.config["LANEWAY_SETTINGS"]
 
     def look_up() -> KeyRow | None:
@@ -96,7 +98,7 @@ def _from_bearer() -> None:
     if key is None:
         return
     g.auth_problem = "the API key is not valid (unknown, revoked or mistyped)"
-    found = account_for_key(current_app._get_current_object(), key)  # type: ignore[attr-defined]
+    found = account_for_key(key)
     if found is not None:
         _identified(app_settings(), *found)
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -41,7 +40,7 @@ from webapp import interactive_client as ic
 from webapp import ratelimit_gate
 from webapp.auth import account_for_key, bearer_key
 from webapp.interactive import SYNC_FIELDS, cached_results, parse_sync
-from webapp.security import SECURITY_HEADERS
+from webapp.security import SECURITY_HEADERS, draft_headers
 
 log = logging.getLogger(__name__)
 PATHS = {f"/v1/{task}": task for task in TASKS}
@@ -67,7 +66,6 @@ class FastPath:
         environ["wsgi.input"] = io.BytesIO(data)  # handed on whole if the app answers
         answer = self._answer(environ, task, data)
         if answer is None:
-            environ["wsgi.input"] = io.BytesIO(data)
             return self.inner(environ, start_response)
         status, headers, body = answer
         start_response(status, headers)
@@ -130,7 +128,7 @@ class FastPath:
         """Who asks, under which gate, for what; None when the app is to answer."""
         settings = self.settings
         key = bearer_key(environ.get("HTTP_AUTHORIZATION", ""))
-        found = account_for_key(self.app, key) if key else None
+        found = account_for_key(key, self.app) if key else None
         if found is None:
             return None
         account = found[0]
@@ -162,13 +160,9 @@ def rate_limit_headers(gate: ratelimit_gate.Gate) -> list[tuple[str, str]]:
         log.warning("rate-limit headers left out, Redis is away: %s", type(exc).__name__)
         return []
     item = gate.limit.limit
-    now = time.time()
     return [
         ("X-RateLimit-Limit", str(item.amount)),
         ("X-RateLimit-Remaining", str(remaining)),
         ("X-RateLimit-Reset", str(int(reset_time + 1))),
-        ("RateLimit-Limit", str(item.amount)),
-        ("RateLimit-Remaining", str(max(0, remaining))),
-        ("RateLimit-Reset", str(max(0, math.ceil(reset_time - now)))),
-        ("RateLimit-Policy", f"{item.amount};w={item.get_expiry()}"),
+        *draft_headers(item, reset_time, remaining).items(),
     ]

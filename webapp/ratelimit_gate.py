@@ -137,12 +137,8 @@ class Gates:
     def __init__(
         self, limiter: Limiter, limit: ApplicationLimit, prefix: str, account_key: Callable
     ) -> None:
-        self.limiter, self.limit, self.prefix, self.account_key = (
-            limiter,
-            limit,
-            prefix,
-            account_key,
-        )
+        self.limiter, self.limit = limiter, limit
+        self.prefix, self.account_key = prefix, account_key
         self.runtime: dict[str, list[Any]] = {}  # per limit string, as Flask-Limiter parses it
 
     def for_account(self, account: Any) -> Gate | None:  # noqa: ANN401 - an Account

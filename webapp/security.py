@@ -217,14 +217,9 @@ def _rate_limit_headers(response: Response) -> Response:
             continue
         try:
             reset_time, remaining = current.window
-            reset = max(0, math.ceil(reset_time - time.time()))
         except Exception:  # noqa: BLE001 - storage gone: the limiter already let it pass
             continue
-        item = current.limit
-        response.headers["RateLimit-Limit"] = str(item.amount)
-        response.headers["RateLimit-Remaining"] = str(max(0, remaining))
-        response.headers["RateLimit-Reset"] = str(reset)
-        response.headers["RateLimit-Policy"] = f"{item.amount};w={item.get_expiry()}"
+        response.headers.update(draft_headers(current.limit, reset_time, remaining))
     if response.status_code == 503:
         # Its own Retry-After (when the lane may have room), which the limiter stretched to
         # its window's reset: a view that names one in g.retry_after gets it back.
@@ -236,6 +231,16 @@ def _rate_limit_headers(response: Response) -> Response:
     elif response.headers.get("Retry-After") == "0":
         response.headers["Retry-After"] = "1"  # "0" would invite an immediate retry
     return response
+
+
+def draft_headers(item: Any, reset_time: float, remaining: int) -> dict[str, str]:  # noqa: ANN401
+    """The IETF draft's RateLimit-* of a limit item's window (the fast path's too)."""
+    return {
+        "RateLimit-Limit": str(item.amount),
+        "RateLimit-Remaining": str(max(0, remaining)),
+        "RateLimit-Reset": str(max(0, math.ceil(reset_time - time.time()))),
+        "RateLimit-Policy": f"{item.amount};w={item.get_expiry()}",
+    }
 
 
 def _security_headers(response: Response) -> Response:

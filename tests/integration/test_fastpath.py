@@ -136,3 +136,30 @@ def test_a_refusal_and_a_missed_answer_are_counted_once_and_never_lost(
     assert refused.status_code == 429 and remaining(refused) == 0
     assert r.llen(requests_key("gpu")) == queued  # refused twice over, queued never
     assert jobs_of(account.id) == 3
+
+
+def test_hostile_small_bodies_get_the_apps_refusal_and_count_once(
+    worker, make_app, settings, account_factory
+):
+    app = limited(make_app, settings, "50/minute")
+    counted = Counted(app)
+    client = app.test_client()
+    _, key = account_factory("trial")
+    bodies = [
+        b'{"items": ' + b"[" * 30000 + b"]" * 30000 + b"}",  # nesting past the parser's depth
+        b'{"items": [' + b",".join(b'{"id": "%d", "text": "x"}' % n for n in range(2000)) + b"]}",
+        b'{"items": [{"id": "1", "text": "' + b"a" * 60000 + b'"}]}',  # past the text limit
+        b'{"items": [{"id": "1", "text": "a"}, {"id": "1", "text": "b"}]}',  # a repeated id
+        b'{"items": [{"id": "1", "text": "a"}], "tasks": ["embed"]}',  # a field not taken
+        b'{"items": [{"id": "1", "text": "a"}]',  # cut short
+        b"\xff\xfe{}",  # not UTF-8
+    ]
+    for n, body in enumerate(bodies, start=1):
+        assert len(body) <= 64 * 1024, n
+        response = client.post("/v1/embed", data=body, headers={**auth(key), **JSON})
+        assert response.status_code == 400, (n, response.status_code, response.data[:200])
+        assert (
+            response.json["error"] in ("invalid_input", "bad_request") and response.json["message"]
+        ), n
+        assert remaining(response) == 50 - n, n  # counted once, by the app
+        assert counted.calls == n, n
