@@ -70,7 +70,7 @@ end
 
 class Gate:
     """One request's count against its account's limit: queued with the request
-    (`queue`, `settle`), or at once (`count`); `counted` once either has run."""
+    (`commands`, `settle`), or at once (`count`); `counted` once either has run."""
 
     def __init__(self, limiter: Limiter, limit: Any, args: list[str]) -> None:  # noqa: ANN401
         # `limit`: a RuntimeLimit, what iterating an ApplicationLimit yields (not exported).
@@ -82,14 +82,14 @@ class Gate:
     def storage(self) -> Any:  # noqa: ANN401 - the limiter's OneTripRedisStorage
         return self.limiter.limiter.storage
 
-    def queue(self, pipe: redis.client.Pipeline, key: str, payload: bytes, reply: str) -> None:
-        """Add the count and the request's queueing to `pipe` (the protocol's `Gate`)."""
+    def commands(self, key: str, payload: bytes, reply: str) -> list[tuple[Any, ...]]:
+        """The count and the request's queueing, in one command (the protocol's `Gate`)."""
         item = self.limit.limit
         keys = [*self.storage.window_keys(self.key), key, reply]
         args = [item.amount, item.get_expiry(), 1, payload, REQUESTS_TTL, REPLY_TTL]
         # EVAL, not EVALSHA: a Redis that restarted and lost its scripts must not leave the
         # BLPOP behind it waiting out its whole timeout on a NOSCRIPT error.
-        pipe.eval(ACQUIRE_AND_QUEUE, len(keys), *keys, *args)
+        return [("EVAL", ACQUIRE_AND_QUEUE, len(keys), *keys, *args)]
 
     def settle(self, verdict: list[int]) -> bool:
         """What the script decided: the headers' window; whether the request was queued.

@@ -120,10 +120,15 @@ def get_pipeline(settings: Settings | None = None):  # noqa: ANN201
     device = model_device(settings)
     key = (os.getpid(), id(settings), device)
     if key not in _pipelines:
+        # Each batch asks for its tasks' models: found once per task, not per batch (the
+        # look-up reads the registry and hashes the model's key under a lock).
+        resolved: dict[str, Any] = {}
 
         def resolve(task: str) -> Any:
-            spec = settings.model_for(task)
-            return None if spec is None else load_model(spec, settings, device)
+            if task not in resolved:
+                spec = settings.model_for(task)
+                resolved[task] = None if spec is None else load_model(spec, settings, device)
+            return resolved[task]
 
         _pipelines[key] = Pipeline(resolve, settings.score_anchors)
     return _pipelines[key]

@@ -63,8 +63,19 @@ from prometheus_client.multiprocess import MultiProcessCollector  # noqa: E402
 # Files are named <type>_<host>-<pid>.db: processes of several containers may share one
 # folder (a shared LANEWAY_HOME volume), and only this host's dead processes may be folded.
 HOST = socket.gethostname().replace("_", "-") or "localhost"
+# prometheus_client asks for the process's identifier on every increment and observation
+# (to notice a fork): kept here, and renewed in a forked child, rather than a getpid call
+# and a string made each time.
+_identity = [f"{HOST}-{os.getpid()}"]
+
+
+def _renew_identity() -> None:
+    _identity[0] = f"{HOST}-{os.getpid()}"
+
+
+os.register_at_fork(after_in_child=_renew_identity)
 if DIR is not None:
-    values.ValueClass = values.MultiProcessValue(lambda: f"{HOST}-{os.getpid()}")
+    values.ValueClass = values.MultiProcessValue(lambda: _identity[0])
 
 # From a millisecond: an interactive batch's model stage takes a few.
 FAST_BUCKETS = (0.001, 0.0025, 0.005)

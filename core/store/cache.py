@@ -25,7 +25,7 @@ from typing import Any
 import redis
 
 from core.config.settings import Settings
-from core.store.redis_conn import redis_client
+from core.store.redis_conn import redis_client, round_trip
 from core.util import vectors
 from core.util.jsoncodec import dumps, dumps_bytes
 
@@ -140,7 +140,8 @@ class ResultCache:
             return [None] * len(texts)
         keys = self._keys(tasks, labels, texts)
         try:
-            found = self.redis.mget([k for row in keys for k in row])
+            # On the thread's own connection: the web app reads it on each request.
+            (found,) = round_trip(self.redis, [("MGET", *(k for row in keys for k in row))])
         except redis.RedisError as exc:
             log.warning("result cache unavailable: %s", type(exc).__name__)
             return [None] * len(texts)

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import redis
 
 from core.obs import tracing
+from core.store.redis_conn import round_trip
 from core.util.jsoncodec import dumps_bytes, loads
 
 log = logging.getLogger(__name__)
@@ -152,21 +153,27 @@ def server_timing(answer_body: dict[str, Any], waited: float, total: float) -> s
 def deliver(r: redis.Redis, answers: Sequence[tuple[Request, dict[str, Any]]]) -> None:
     """Hand each answer to whoever waits: the web thread's list, and for the asynchronous
     pair the result kept under the request's id; one round trip for them all."""
-    pipe = r.pipeline(transaction=False)
+    commands: list[tuple[Any, ...]] = []
     for request, body in answers:
         data = dumps_bytes(body)
         if request.keep:
-            pipe.set(result_key(request.id), data, ex=RESULT_TTL)
-        pipe.rpush(reply_key(request.id), data)
-        pipe.expire(reply_key(request.id), REPLY_TTL)
-    pipe.execute()
+            commands.append(("SET", result_key(request.id), data, "EX", RESULT_TTL))
+        commands.append(("RPUSH", reply_key(request.id), data))
+        commands.append(("EXPIRE", reply_key(request.id), REPLY_TTL))
+    if commands:
+        round_trip(r, commands)
+
+
+def push_commands(lane: str, requests: Sequence[Request]) -> list[tuple[Any, ...]]:
+    """The commands that queue requests on their lane's list."""
+    key = requests_key(lane)
+    return [("RPUSH", key, *(r.encode() for r in requests)), ("EXPIRE", key, REQUESTS_TTL)]
 
 
 def push(pipe: redis.client.Pipeline, lane: str, requests: Sequence[Request]) -> None:
     """Queue requests on their lane's list (in a pipeline the caller executes)."""
-    key = requests_key(lane)
-    pipe.rpush(key, *(r.encode() for r in requests))
-    pipe.expire(key, REQUESTS_TTL)
+    for command in push_commands(lane, requests):
+        pipe.execute_command(*command)
 
 
 class Gate(Protocol):
@@ -175,8 +182,8 @@ class Gate(Protocol):
     `key` or refuse it, answering the `reply` list at once when refused, and reads their
     first reply's verdict (raising when refused)."""
 
-    def queue(self, pipe: redis.client.Pipeline, key: str, payload: bytes, reply: str) -> None:
-        """Add the commands that queue `payload` on `key` (or refuse it) to `pipe`."""
+    def commands(self, key: str, payload: bytes, reply: str) -> list[tuple[Any, ...]]:
+        """The commands that queue `payload` on `key` (or refuse it)."""
 
     def settle(self, verdict: Any) -> bool:  # noqa: ANN401 - what the gate's command returned
         """Read the first command's reply: whether the request was queued (or raise)."""
@@ -192,13 +199,13 @@ def send_and_wait(
     if timeout <= 0:
         return None
     request.deadline = time.time() + timeout
-    with r.pipeline(transaction=False) as pipe:
-        if gate is None:
-            push(pipe, lane, [request])
-        else:
-            gate.queue(pipe, requests_key(lane), request.encode(), reply_key(request.id))
-        pipe.blpop([reply_key(request.id)], timeout=max(timeout, 0.01))
-        got = pipe.execute()
+    reply = reply_key(request.id)
+    if gate is None:
+        commands = push_commands(lane, [request])
+    else:
+        commands = gate.commands(requests_key(lane), request.encode(), reply)
+    commands.append(("BLPOP", reply, max(timeout, 0.01)))
+    got = round_trip(r, commands)
     if gate is not None and not gate.settle(got[0]):
         return None  # refused: never queued (the BLPOP took the gate's empty answer)
     return None if got[-1] is None else loads(got[-1][1])

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -46,6 +47,71 @@ def redis_client(settings: Settings) -> redis.Redis:
             if client is None:
                 client = _clients[url] = redis.Redis.from_url(url, socket_timeout=5)
     return client
+
+
+class _Own(threading.local):
+    """Each thread's own connections, per client pool (see `round_trip`)."""
+
+    def __init__(self) -> None:
+        self.conns: dict[Any, Any] = {}
+
+
+_own = _Own()
+
+
+def _forget_after_fork() -> None:
+    # A forked child's thread would otherwise share its parent's sockets.
+    global _own
+    _own = _Own()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def round_trip(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """The raw replies to `commands`, sent in one write on this thread's own connection to
+    `client`'s server and read back in order: what a pipeline does, without the pool's work
+    around each use (its lock, process check, socket poll and observability counters on
+    taking a connection and giving it back, and the retry wrapper), which costs a pipeline
+    of two small commands about as much CPU again as the round trip itself. For the
+    interactive path's round trips (the web thread's send and wait, the result cache's
+    read, the worker's answers), made on every request.
+
+    The connection is made by the client's pool (its URL, database, timeouts) and kept by
+    this thread (a forked child starts without any). One the server closed meanwhile
+    (Redis restarted) is found before the write, as the pool finds it, and made again. A
+    reply that is an error raises once every reply has been read; a connection error or a
+    timeout closes the connection (a late reply must never answer a later call) and
+    raises. Nothing is retried: a command may have run already.
+    """
+    pool = client.connection_pool
+    conn = _own.conns.get(pool)
+    if conn is None:
+        conn = _own.conns[pool] = pool.make_connection()
+    error: redis.ResponseError | None = None
+    replies: list[Any] = []
+    try:
+        conn.connect()  # at once when connected
+        try:
+            stale = conn.can_read()  # a reply nobody read
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            stale = True  # closed by the server
+        if stale:
+            conn.disconnect()
+            conn.connect()
+        conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+        for _ in commands:
+            try:
+                replies.append(conn.read_response())
+            except redis.ResponseError as exc:  # the rest are read: the connection stays
+                replies.append(exc)
+                error = error or exc
+    except BaseException:
+        conn.disconnect()
+        raise
+    if error is not None:
+        raise error
+    return replies
 
 
 def ping(settings: Settings) -> bool:

@@ -1,12 +1,15 @@
-"""One Redis client per process and URL (core/store/redis_conn.redis_client)."""
+"""One Redis client per process and URL (core/store/redis_conn.redis_client), and the
+round trips made on a thread's own connection (`round_trip`)."""
 
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
+import redis
 
-from core.store.redis_conn import redis_client
+from core.store.redis_conn import redis_client, round_trip
 
 
 def test_callers_share_one_client_per_url_and_its_connections(settings) -> None:
@@ -40,3 +43,69 @@ def test_a_forked_child_gets_connections_of_its_own(settings) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     assert r.get("laneway:test:fork") == b"child"
     assert r.ping()  # the parent's connection still works after the child's
+
+
+def _client_id(r: redis.Redis) -> int:
+    return round_trip(r, [("CLIENT", "ID")])[0]
+
+
+def test_a_round_trip_answers_each_command_in_order_on_the_thread_s_own_connection(settings):
+    r = redis_client(settings)
+    key = "laneway:test:trip"
+    got = round_trip(r, [("DEL", key), ("RPUSH", key, b"a", b"b"), ("LRANGE", key, 0, -1)])
+    assert got == [0, 2, [b"a", b"b"]]  # raw replies, as the server sent them
+    mine = _client_id(r)
+    assert _client_id(r) == mine  # kept by this thread
+    others: list[int] = []
+    thread = threading.Thread(target=lambda: others.append(_client_id(r)))
+    thread.start()
+    thread.join()
+    assert others and others[0] != mine  # another thread's is its own
+
+
+def test_an_error_reply_raises_after_every_reply_is_read(settings):
+    r = redis_client(settings)
+    key = "laneway:test:trip-error"
+    r.set(key, "not a list", ex=30)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        round_trip(r, [("RPUSH", key, b"x"), ("GET", key)])
+    # The GET's reply was read too: the next call gets its own answer, not a late one.
+    assert round_trip(r, [("GET", key)]) == [b"not a list"]
+
+
+def test_a_connection_the_server_closed_is_made_again_before_the_write(settings):
+    r = redis_client(settings)
+    first = _client_id(r)
+    assert redis_client(settings).client_kill_filter(_id=first) == 1
+    assert round_trip(r, [("PING",)]) == [b"PONG"]  # not a lost first call
+    assert _client_id(r) != first
+
+
+def test_a_timeout_drops_the_connection_so_no_late_reply_answers_the_next_call(settings):
+    quick = redis.Redis.from_url(settings.redis_url, socket_timeout=0.2)
+    key = "laneway:test:trip-late"
+    first = _client_id(quick)
+    with pytest.raises(redis.TimeoutError):
+        round_trip(quick, [("DEL", key), ("BLPOP", key, 1)])
+    redis_client(settings).rpush(key, b"late")  # what the dropped BLPOP could have taken
+    assert _client_id(quick) != first
+    assert round_trip(quick, [("LPOP", key)]) == [b"late"]
+
+
+@pytest.mark.slow
+def test_a_forked_child_makes_a_round_trip_on_a_connection_of_its_own(settings) -> None:
+    r = redis_client(settings)
+    parent = _client_id(r)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never the parent's socket
+        try:
+            os.write(write, str(_client_id(r)).encode())
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    os.close(write)
+    child = int(os.read(read, 64))
+    os.close(read)
+    assert child != parent
+    assert _client_id(r) == parent  # the parent's connection unharmed

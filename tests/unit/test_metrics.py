@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -138,3 +141,28 @@ def test_every_worker_process_of_a_pod_serves_the_folder_on_one_port(tmp_path):
     finally:
         second.shutdown()
         second.server_close()
+
+
+@pytest.mark.slow  # it forks
+def test_a_forked_child_counts_in_a_file_of_its_own_pid():
+    """The process identifier is kept, not asked for at each count: a forked child must
+    still count in its own file, never in its parent's (a shared mapping)."""
+    assert metrics.DIR is not None
+    metrics.record_items("forked", 2, 0)  # the parent's file, opened before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: count, and leave without pytest's exit handlers
+        try:
+            metrics.record_items("forked", 3, 0)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+    def counted(owner: int) -> float:
+        path = metrics.DIR / f"counter_{metrics.HOST}-{owner}.db"
+        if not path.exists():
+            return 0.0
+        found = MmapedDict.read_all_values_from_file(str(path))
+        return sum(v for key, v, *_ in found if '"forked"' in key and "_total" in key)
+
+    assert counted(pid) == 3
+    assert counted(os.getpid()) == 2  # the child's 3 not added to the parent's file
