@@ -10,9 +10,9 @@ passes, identical texts are computed once and the result cache is read and fille
 (core/store/cache.py). A batch that raises is split in halves until the failing items stand
 alone (core/util/isolate.py), so each item gets its own result or its own error, and no
 request is left waiting. The model thread sends a batch's answers back through Redis in
-one round trip; then, on a sender thread, the batch's cache entries are stored and its
-figures go to Prometheus and to its lane's per-minute counters in Redis (core/store/usage.py,
-one round trip per batch): nothing about a request is written to Postgres.
+one round trip; then, on a sender thread, its figures go to Prometheus, and its cache
+entries and its lane's per-minute counters (core/store/usage.py) to Redis in one more round
+trip: nothing about a request is written to Postgres.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from core.queueing.celery_app import app_settings
 from core.store import usage
 from core.store.cache import StoreBeside, cached_compute, process_cache
 from core.store.interactive_protocol import Popper, Request, answer, deliver, item_results, parse
-from core.store.redis_conn import client_url, redis_client
+from core.store.redis_conn import client_url, redis_client, round_trip
 from core.util.faults import model_stage_check
 from core.util.isolate import Failure, isolate
 from core.vocab import INTERACTIVE_PREFIX
@@ -224,12 +224,15 @@ class InteractiveServer:
         figures: BatchFigures | None,
     ) -> None:
         """On the sender's thread, once a batch's answers are out: what nobody waits on,
-        its cache entries and its figures."""
+        its cache entries and its figures, stored in one round trip."""
         try:
-            for entries in later:
-                entries.store()
+            commands = [c for entries in later for c in entries.commands()]
             if figures is not None:
-                self.record(figures)
+                commands += self.record(figures)
+            if commands:
+                round_trip(self.redis, commands)
+        except redis.RedisError as exc:  # a cache miss later; the minute's counters short
+            log.warning("could not store a batch's cache entries and usage: %s", exc)
         except Exception:  # noqa: BLE001 - the sender must outlive one bad batch
             log.exception("could not finish a batch of %s requests", len(batch))
 
@@ -303,18 +306,15 @@ class InteractiveServer:
             self._lane_device = (serving_queue(), model_device(self.settings))
         return self._lane_device
 
-    def record(self, figures: BatchFigures) -> None:
+    def record(self, figures: BatchFigures) -> list[tuple[Any, ...]]:
         """A batch's figures, after its answers went out: Prometheus (this process's
-        files) and its lane's per-minute counters in Redis, in one round trip."""
+        files) now; the commands that add it to its lane's per-minute counters in Redis."""
         lane, device = self.lane_and_device()
         spent = figures.spent
         metrics.record_items(lane, figures.items, figures.failed)
         metrics.record_model(lane, spent.model, spent.batches)
-        try:
-            cpu_seconds = spent.pre + spent.post
-            usage.record(self.redis, lane, figures.items, cpu_seconds, spent.model, device)
-        except redis.RedisError as exc:
-            log.warning("could not count the batch's usage: %s", type(exc).__name__)
+        cpu_seconds = spent.pre + spent.post
+        return usage.record_commands(lane, figures.items, cpu_seconds, spent.model, device)
 
     def take(self, requests: Sequence[Request], listed: bool) -> list[Future]:
         """Hand requests to the batcher (each answered on the model thread); a synchronous

@@ -165,25 +165,37 @@ class ResultCache:
         texts: Sequence[str],
         outputs: Sequence[dict[str, Any] | None],
     ) -> None:
-        if self.redis is None or not texts:
+        commands = self.put_commands(tasks, labels, texts, outputs)
+        if not commands:
             return
-        keys: list[str] = []
-        values: list[bytes] = []
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for command in commands:
+                # execute_command: `set`'s checks of its optional arguments cost more
+                # than packing the command.
+                pipe.execute_command(*command)
+            pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("result cache unavailable: %s", type(exc).__name__)
+
+    def put_commands(
+        self,
+        tasks: Sequence[str],
+        labels: Sequence[str],
+        texts: Sequence[str],
+        outputs: Sequence[dict[str, Any] | None],
+    ) -> list[tuple[Any, ...]]:
+        """The commands that store the texts' outputs (none when the cache is off)."""
+        if self.redis is None or not texts:
+            return []
+        commands: list[tuple[Any, ...]] = []
         for row, out in zip(self._keys(tasks, labels, texts), outputs, strict=True):
             if not isinstance(out, dict):  # a failure is never cached
                 continue
             for task, key in zip(tasks, row, strict=True):
-                keys.append(key)
-                values.append(entry({f: out[f] for f in TASK_FIELDS[task] if f in out}))
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            for key, value in zip(keys, values, strict=True):
-                # execute_command: `set`'s checks of its optional arguments cost more
-                # than packing the command.
-                pipe.execute_command("SET", key, value, "EX", self.ttl)
-            pipe.execute()
-        except redis.RedisError as exc:
-            log.warning("result cache unavailable: %s", type(exc).__name__)
+                value = entry({f: out[f] for f in TASK_FIELDS[task] if f in out})
+                commands.append(("SET", key, value, "EX", self.ttl))
+        return commands
 
 
 _process_caches: dict[int, ResultCache] = {}
@@ -277,6 +289,10 @@ class StoreBeside:
         """Store the entries now (a Redis error: a miss, logged)."""
         for entry in self.entries:
             self.cache.put(*entry)
+
+    def commands(self) -> list[tuple[Any, ...]]:
+        """The commands that store the entries, for a round trip the caller makes."""
+        return [c for entry in self.entries for c in self.cache.put_commands(*entry)]
 
     @contextmanager
     def storing(self) -> Iterator[None]:

@@ -223,7 +223,8 @@ class Popper:
     def pop(self, count: int, timeout: float) -> list[bytes]:
         if self.blmpop:
             try:
-                got = self.redis.blmpop(timeout, 1, self.key, direction="LEFT", count=count)
+                command = ("BLMPOP", timeout, 1, self.key, "LEFT", "COUNT", count)
+                (got,) = round_trip(self.redis, [command])  # the feeder thread's own connection
                 return [] if got is None else list(got[1])
             except redis.ResponseError as exc:
                 if "unknown command" not in str(exc).lower():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
@@ -33,23 +34,23 @@ def minute_key(lane: str, minute: int) -> str:
     return f"{PREFIX}{lane}:{minute}"
 
 
-def record(
-    r: redis.Redis,
+def record_commands(
     lane: str,
     items: int,
     cpu_seconds: float,
     model_seconds: float,
     device: str,
     now: float | None = None,
-) -> None:
-    """Add one batch to its lane's current minute."""
+) -> list[tuple[Any, ...]]:
+    """The commands that add one batch to its lane's current minute, for a round trip the
+    caller makes (the interactive worker's, with the batch's cache entries)."""
     key = minute_key(lane, int((time.time() if now is None else now) // 60))
-    with r.pipeline(transaction=False) as pipe:
-        pipe.hincrby(key, "items", items)
-        pipe.hincrbyfloat(key, "cpu_seconds", cpu_seconds)
-        pipe.hincrbyfloat(key, MODEL_FIELD + device, model_seconds)
-        pipe.expire(key, TTL)
-        pipe.execute()
+    return [
+        ("HINCRBY", key, "items", items),
+        ("HINCRBYFLOAT", key, "cpu_seconds", float(cpu_seconds)),
+        ("HINCRBYFLOAT", key, MODEL_FIELD + device, float(model_seconds)),
+        ("EXPIRE", key, TTL),
+    ]
 
 
 def last_hour(

@@ -12,6 +12,7 @@ import redis
 from sqlalchemy import select
 
 from core.store import usage
+from core.store.redis_conn import round_trip
 from db.accounts import create_account
 from db.intake import create_job
 from db.models import Chunk
@@ -85,10 +86,10 @@ def test_interactive_lanes_come_from_the_workers_per_minute_counters(settings):
     r = redis.Redis.from_url(settings.redis_url)
     at = NOW.timestamp()
     # Two batches in the last minute, one twelve minutes ago on CUDA, one over an hour ago.
-    usage.record(r, "interactive.cpu", 5, 0.5, 1.0, "cpu", now=at - 30)
-    usage.record(r, "interactive.cpu", 3, 0.25, 0.5, "cpu", now=at - 10)
-    usage.record(r, "interactive.cpu", 4, 0.25, 2.0, "cuda", now=at - 12 * 60)
-    usage.record(r, "interactive.cpu", 100, 9.0, 9.0, "cpu", now=at - 61 * 60)
+    round_trip(r, usage.record_commands("interactive.cpu", 5, 0.5, 1.0, "cpu", now=at - 30))
+    round_trip(r, usage.record_commands("interactive.cpu", 3, 0.25, 0.5, "cpu", now=at - 10))
+    round_trip(r, usage.record_commands("interactive.cpu", 4, 0.25, 2.0, "cuda", now=at - 12 * 60))
+    round_trip(r, usage.record_commands("interactive.cpu", 100, 9.0, 9.0, "cpu", now=at - 61 * 60))
     assert 0 < r.ttl(usage.minute_key("interactive.cpu", int((at - 30) // 60))) <= usage.TTL
     priced = settings.replace(cpu_price=0.001, gpu_price=0.01)
     series, cost = jobviews.interactive_usage(r, priced, NOW)
