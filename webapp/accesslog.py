@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import threading
 import time
-from types import SimpleNamespace
+from collections.abc import Callable
 from typing import Any
 
 from gunicorn import glogging
@@ -37,6 +38,8 @@ class AccessLogger(glogging.Logger):
         self._writer_pid = 0  # the process whose writer thread runs
         self._lock = threading.Lock()
         self._draining = threading.Lock()
+        self._names: dict[str, tuple[str, ...]] = {}  # per format, the atoms it names
+        self._stamp: tuple[int, str] = (-1, "")
         super().__init__(cfg)
 
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> None:
@@ -84,11 +87,67 @@ class AccessLogger(glogging.Logger):
 
     def line_atoms(
         self, status: Any, sent: Any, environ: dict[str, Any], request_time: Any, at: float
-    ) -> glogging.SafeAtoms:
-        """gunicorn's own atoms (Logger.atoms) of what the request left (no headers; the
-        environ entries a line reads), with the time the request ended rather than the
-        time the line is written."""
-        resp = SimpleNamespace(status=status, sent=sent, headers=())
-        atoms = self.atoms(resp, SimpleNamespace(headers=()), environ, request_time)
-        atoms["t"] = time.strftime("[%d/%b/%Y:%H:%M:%S %z]", time.localtime(at))
-        return self.atoms_wrapper_class(atoms)
+    ) -> dict[str, Any]:
+        """The atoms the format names, each as gunicorn's Logger.atoms and SafeAtoms make it
+        (a string's quotes escaped; '-' for a name gunicorn does not know), from what the
+        request left, with the time the request ended rather than the time the line is
+        written. Only those: gunicorn's makes every atom, and a copy of them, per line."""
+        form = self.cfg.access_log_format
+        names = self._names.get(form)
+        if names is None:
+            names = self._names[form] = tuple(dict.fromkeys(ATOM_NAME.findall(form)))
+        atoms = _Atoms()
+        for name in names:
+            make = ATOMS.get(name)
+            if make is not None:
+                value = make(self, status, sent, environ, request_time, at)
+                atoms[name] = value.replace('"', '\\"') if isinstance(value, str) else value
+        return atoms
+
+    def stamp(self, at: float) -> str:
+        """The `t` atom of a line that ended at `at` (made once per second: lines come by
+        the hundred)."""
+        second = int(at)
+        if second != self._stamp[0]:
+            self._stamp = (second, time.strftime("[%d/%b/%Y:%H:%M:%S %z]", time.localtime(at)))
+        return self._stamp[1]
+
+
+class _Atoms(dict):
+    """A line's atoms: '-' for a name it lacks, as gunicorn's SafeAtoms answers."""
+
+    def __missing__(self, name: str) -> str:
+        return "-"
+
+
+def _status(status: Any) -> Any:
+    return status.split(None, 1)[0] if isinstance(status, str) else status
+
+
+# Each atom as gunicorn's Logger.atoms makes it (gunicorn 23-27), from (logger, status, sent,
+# environ, request_time, end time); tests/unit/test_accesslog.py sets every line beside
+# gunicorn's own logger's.
+ATOMS: dict[str, Callable[..., Any]] = {
+    "h": lambda lg, st, sent, env, took, at: env.get("REMOTE_ADDR", "-"),
+    "l": lambda lg, st, sent, env, took, at: "-",
+    "u": lambda lg, st, sent, env, took, at: lg._get_user(env) or "-",
+    "t": lambda lg, st, sent, env, took, at: lg.stamp(at),
+    "r": lambda lg, st, sent, env, took, at: (
+        f"{env['REQUEST_METHOD']} {env['RAW_URI']} {env['SERVER_PROTOCOL']}"
+    ),
+    "s": lambda lg, st, sent, env, took, at: _status(st),
+    "m": lambda lg, st, sent, env, took, at: env.get("REQUEST_METHOD"),
+    "U": lambda lg, st, sent, env, took, at: env.get("PATH_INFO"),
+    "q": lambda lg, st, sent, env, took, at: env.get("QUERY_STRING"),
+    "H": lambda lg, st, sent, env, took, at: env.get("SERVER_PROTOCOL"),
+    "b": lambda lg, st, sent, env, took, at: sent is not None and str(sent) or "-",
+    "B": lambda lg, st, sent, env, took, at: sent,
+    "f": lambda lg, st, sent, env, took, at: env.get("HTTP_REFERER", "-"),
+    "a": lambda lg, st, sent, env, took, at: env.get("HTTP_USER_AGENT", "-"),
+    "T": lambda lg, st, sent, env, took, at: took.seconds,
+    "D": lambda lg, st, sent, env, took, at: took.seconds * 1000000 + took.microseconds,
+    "M": lambda lg, st, sent, env, took, at: took.seconds * 1000 + int(took.microseconds / 1000),
+    "L": lambda lg, st, sent, env, took, at: f"{took.seconds:d}.{took.microseconds:06d}",
+    "p": lambda lg, st, sent, env, took, at: f"<{os.getpid()}>",
+}
+ATOM_NAME = re.compile(r"%\((\w+)\)")

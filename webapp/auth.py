@@ -80,9 +80,12 @@ def bearer_key(authorization: str) -> str | None:
     return key if scheme.lower() == "bearer" and key else None
 
 
-def account_for_key(key: str, app: Flask | None = None) -> tuple[Account, str] | None:
-    """The live key's account (an object of the caller's own) and prefix, or None; `app`
-    when called outside its requests (the fast path)."""
+def account_for_key(
+    key: str, app: Flask | None = None, make: Callable[[dict[str, Any]], Any] | None = None
+) -> tuple[Account, str] | None:
+    """The live key's account (an object of the caller's own, made by `make`: see
+    KeyCache.find) and prefix, or None; `app` when called outside its requests (the fast
+    path)."""
     app = app or current_app
     settings = app.config["LANEWAY_SETTINGS"]
 
@@ -90,7 +93,7 @@ def account_for_key(key: str, app: Flask | None = None) -> tuple[Account, str] |
         with session_factory(settings)() as db:
             return key_row(live_key(db, key))
 
-    return key_cache(app).find(key, look_up)
+    return key_cache(app).find(key, look_up, make)
 
 
 def _from_bearer() -> None:

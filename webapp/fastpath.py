@@ -40,6 +40,7 @@ from webapp import interactive_client as ic
 from webapp import ratelimit_gate
 from webapp.auth import account_for_key, bearer_key
 from webapp.interactive import SYNC_FIELDS, cached_results, parse_sync
+from webapp.keycache import read_only
 from webapp.security import SECURITY_HEADERS, draft_headers
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class FastPath:
         """Who asks, under which gate, for what; None when the app is to answer."""
         settings = self.settings
         key = bearer_key(environ.get("HTTP_AUTHORIZATION", ""))
-        found = account_for_key(key, self.app) if key else None
+        found = account_for_key(key, self.app, read_only) if key else None
         if found is None:
             return None
         account = found[0]

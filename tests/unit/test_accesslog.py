@@ -58,7 +58,12 @@ def written(kind, path, form, cases) -> list[str]:
     return lines(path)
 
 
-FULL = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s %(B)s %(D)s %(L)s %(p)s %(T)s %(m)s %(q)s'
+# Every atom gunicorn makes without a header or environ name, twice over for one, and one
+# it does not know ('-').
+FULL = (
+    '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s %(B)s %(D)s %(L)s %(p)s %(T)s %(m)s %(q)s '
+    '%(U)s %(H)s "%(f)s" "%(a)s" %(M)s %(x)s %(s)s'
+)
 
 
 @pytest.mark.parametrize("form", [ACCESS_LOG_FORMAT, FULL])
@@ -68,9 +73,10 @@ def test_its_lines_are_gunicorns(tmp_path, form):
         (Response(), environ(), took),
         (Response("404 NOT FOUND", None), environ("/v1/jobs/x?page=2", agent="-"), took),
         (Response("200 OK", 0), environ(HTTP_AUTHORIZATION="Basic YWxpY2U6c2VjcmV0"), took),
+        (Response(201, 5), environ(HTTP_REFERER='http://x/"a"', QUERY_STRING="q=1"), took),
     ]
     ours = written(AccessLogger, tmp_path / "ours", form, cases)
-    assert ours == written(Logger, tmp_path / "g", form, cases) and len(ours) == 3
+    assert ours == written(Logger, tmp_path / "g", form, cases) and len(ours) == 4
 
 
 def test_a_format_with_header_atoms_is_written_as_gunicorn_writes_it(tmp_path):

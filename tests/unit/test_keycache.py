@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from db.models import Account
 from tests.later import Later
-from webapp.keycache import MAX_KEYS, KeyCache
+from webapp.keycache import MAX_KEYS, KeyCache, read_only
 
 
 class Clock:
@@ -97,6 +98,17 @@ def test_every_request_gets_an_account_object_of_its_own():
     first.type = "enterprise"  # a view that changed its copy changes nobody else's
     second, _ = cache.find("k_a_b", db)
     assert second is not first and second.type == "trial"
+
+
+def test_a_read_only_account_has_the_columns_and_is_a_copy_all_the_same():
+    clock, db = Clock(), LookUps(_row(type_="standard", account_id=9))
+    cache = KeyCache(2.0, clock)
+    first, prefix = cache.find("k_a_b", db, read_only)
+    assert (first.id, first.type, first.name, first.is_admin) == (9, "standard", "acme", False)
+    assert prefix == "lw_0123456789ab" and not isinstance(first, Account)
+    first.type = "enterprise"
+    second, _ = cache.find("k_a_b", db)  # the ORM object, from the same kept columns
+    assert second.type == "standard" and db.calls == 1
 
 
 def test_ttl_zero_looks_up_every_request_and_keeps_nothing():
