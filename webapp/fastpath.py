@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
-from flask import Flask, g
+from flask import Flask
 
 from core.obs import tracing
 from core.store import interactive_protocol as ia
@@ -139,9 +139,7 @@ class FastPath:
             tasks, labels, items = parse_sync(settings, account.type, data, SYNC_FIELDS, [task])
         except InputError:
             return None
-        with self.app.app_context():
-            g.account = account  # the limit's provider reads it
-            gate = self.app.extensions["laneway_gates"].for_account(account)
+        gate = self.app.extensions["laneway_gates"].for_account(account)
         if gate is None:
             return None
         started = time.perf_counter()

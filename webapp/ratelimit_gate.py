@@ -32,7 +32,7 @@ from functools import wraps
 from typing import Any
 
 import redis
-from flask import g, has_request_context, request
+from flask import Flask, g, has_request_context, request
 from flask_limiter import ApplicationLimit, Limiter, RateLimitExceeded, RequestLimit
 
 from core.store.interactive_protocol import REPLY_TTL, REQUESTS_TTL
@@ -132,23 +132,33 @@ class Gate:
 
 class Gates:
     """Makes each gated request's Gate: for Flask-Limiter's request filter (`request_filter`)
-    and for the web app's fast path (`for_account`), on the same limit, keys and storage."""
+    and for the web app's fast path (`for_account`), on the same limit, keys and storage.
+    `limit_text(account)` is the account's limit as the limit's provider gives it for that
+    account, read without a request (the fast path runs beneath Flask)."""
 
     def __init__(
-        self, limiter: Limiter, limit: ApplicationLimit, prefix: str, account_key: Callable
+        self,
+        app: Flask,
+        limiter: Limiter,
+        limit: ApplicationLimit,
+        prefix: str,
+        account_key: Callable,
+        limit_text: Callable[[Any], str],
     ) -> None:
-        self.limiter, self.limit = limiter, limit
-        self.prefix, self.account_key = prefix, account_key
+        self.app, self.limiter, self.limit = app, limiter, limit
+        self.prefix, self.account_key, self.limit_text = prefix, account_key, limit_text
         self.runtime: dict[str, list[Any]] = {}  # per limit string, as Flask-Limiter parses it
 
     def for_account(self, account: Any) -> Gate | None:  # noqa: ANN401 - an Account
-        """The account's Gate, None when its limit is not one item. Called where g.account
-        is `account` (the limit's provider reads it there)."""
-        provider = self.limit.limit_provider
-        text = provider() if callable(provider) else provider
-        if text not in self.runtime:
-            self.runtime[text] = list(self.limit)
-        limits = self.runtime[text]
+        """The account's Gate, None when its limit is not one item."""
+        text = self.limit_text(account)
+        limits = self.runtime.get(text)
+        if limits is None:
+            # Once per limit string: Flask-Limiter parses it through its provider, which
+            # reads the account from `g`.
+            with self.app.app_context():
+                g.account = account
+                limits = self.runtime[text] = list(self.limit)
         if len(limits) != 1:
             return None
         (one,) = limits

@@ -131,11 +131,13 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
     # after_request hooks run in reverse order: this one sees the limiter's headers.
     app.after_request(_rate_limit_headers)
 
-    def rate_limit() -> str:
-        account = g.get("account")
+    def limit_text(account: Any) -> str:  # noqa: ANN401 - an Account, or None
         if account is None:
             return settings.anonymous_rate_limit
         return settings.limits_for(account.type).rate_limit
+
+    def rate_limit() -> str:
+        return limit_text(g.get("account"))
 
     def breach_message() -> str:
         account = g.get("account")
@@ -165,7 +167,9 @@ def init_security(app: Flask, settings: Settings) -> Limiter:
     )
     limiter.init_app(app)
     # A synchronous interactive request is counted in the round trip that queues it.
-    gates = ratelimit_gate.Gates(limiter, account_limit, KEY_PREFIX, account_rate_key)
+    gates = ratelimit_gate.Gates(
+        app, limiter, account_limit, KEY_PREFIX, account_rate_key, limit_text
+    )
     limiter.request_filter(gates.request_filter())
     app.extensions["laneway_gates"] = gates
     # Load balancers, probes, Prometheus and KEDA poll these, all from few addresses and

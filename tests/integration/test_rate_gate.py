@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 import redis
+from flask import g
 from sqlalchemy import func, select
 
 from core.store.interactive_protocol import requests_key
@@ -189,6 +190,30 @@ def test_a_limit_of_two_items_and_callers_without_a_key_go_through_the_limiter(
         for _ in range(3)
     ]
     assert codes == [401, 401, 429]
+
+
+def test_each_account_type_s_gate_carries_its_own_limit_outside_any_request(
+    make_app, settings, account_factory
+):
+    """The fast path makes gates beneath Flask: each account gets its own type's limit, the
+    first of each type too, and the same key and limit as a request's own gate."""
+    limits = dict(settings.account_limits)
+    limits["trial"] = type(limits["trial"])("7/minute", 10, 16 << 20)
+    limits["standard"] = type(limits["standard"])("11/minute", 10, 16 << 20)
+    limits["enterprise"] = type(limits["enterprise"])("5/minute;100/hour", 10, 16 << 20)
+    app = make_app(account_limits=limits)
+    gates = app.extensions["laneway_gates"]
+    (trial, _), (standard, _) = account_factory("trial"), account_factory("standard")
+    enterprise, _ = account_factory("enterprise")
+    for account, amount in ((trial, 7), (standard, 11), (trial, 7), (standard, 11)):
+        gate = gates.for_account(account)
+        assert gate.limit.limit.amount == amount and str(account.id) in gate.key
+    assert gates.for_account(enterprise) is None  # two limit items: Flask-Limiter's
+    with app.test_request_context("/v1/embed", method="POST"):
+        g.account = trial
+        inside = gates.for_account(trial)
+    outside = gates.for_account(trial)
+    assert (inside.key, inside.limit.limit) == (outside.key, outside.limit.limit)
 
 
 def test_redis_away_turns_a_gated_request_into_a_job_not_a_500(make_app, account_factory):
