@@ -41,6 +41,14 @@ class Counted:
         return self.inner(environ, start_response)
 
 
+def fast_client(app, account_factory):
+    """The app's test client through the fast path, the counter of what it handed to the
+    app, and a trial account with its key."""
+    counted = Counted(app)
+    account, key = account_factory("trial")
+    return app.test_client(), counted, account, key
+
+
 def flask_only(app):
     """A client of the same app without the fast path: the Flask view answers everything."""
     app.wsgi_app = app.wsgi_app.inner
@@ -80,9 +88,7 @@ def test_what_is_not_plain_goes_to_the_app_before_anything_counts(
     worker, make_app, settings, account_factory
 ):
     app = limited(make_app, settings, "50/minute")
-    counted = Counted(app)
-    client = app.test_client()
-    account, key = account_factory("trial")
+    client, counted, account, key = fast_client(app, account_factory)
     t = uuid.uuid4().hex[:8]
     assert remaining(embed(client, key, f"first {t}")) == 49 and counted.calls == 0
     cases = [
@@ -119,9 +125,7 @@ def test_a_refusal_and_a_missed_answer_are_counted_once_and_never_lost(
 ):
     # The gpu lane has no worker here: what is queued there waits, unanswered.
     app = limited(make_app, settings, "3/minute", interactive_lane="gpu", sync_timeout=1.0)
-    counted = Counted(app)
-    client = app.test_client()
-    account, key = account_factory("trial")
+    client, counted, account, key = fast_client(app, account_factory)
     r = redis.Redis.from_url(settings.redis_url)
     queued = r.llen(requests_key("gpu"))
     missed = embed(client, key, f"missed {uuid.uuid4().hex}")
@@ -141,10 +145,7 @@ def test_a_refusal_and_a_missed_answer_are_counted_once_and_never_lost(
 def test_hostile_small_bodies_get_the_apps_refusal_and_count_once(
     worker, make_app, settings, account_factory
 ):
-    app = limited(make_app, settings, "50/minute")
-    counted = Counted(app)
-    client = app.test_client()
-    _, key = account_factory("trial")
+    client, counted, _, key = fast_client(limited(make_app, settings, "50/minute"), account_factory)
     bodies = [
         b'{"items": ' + b"[" * 30000 + b"]" * 30000 + b"}",  # nesting past the parser's depth
         b'{"items": [' + b",".join(b'{"id": "%d", "text": "x"}' % n for n in range(2000)) + b"]}",
