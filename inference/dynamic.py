@@ -74,6 +74,36 @@ class BatchPolicy:
         return max(0.0, min(deadline, lull) - now)
 
 
+# Batches run side by side while the model stage is at least this share of a batch's time
+# on its model thread (an average over recent batches); below it, one at a time.
+SIDE_BY_SIDE_SHARE = 0.5
+
+
+@dataclass
+class SideBySide:
+    """How many batches may run at once: every model thread while the model stage is at
+    least SIDE_BY_SIDE_SHARE of a batch's time (EWMAs of both), one otherwise. Before any
+    batch has run, every thread (the count was chosen for a model that is the cost)."""
+
+    threads: int
+    alpha: float = 0.2  # weight of the newest batch in the averages
+    model: float = 0.0  # seconds of a batch in its model stage (EWMA)
+    whole: float = 0.0  # seconds of a batch on its model thread, start to answers out (EWMA)
+
+    def ran(self, model: float, whole: float) -> None:
+        if self.whole == 0.0:
+            self.model, self.whole = model, whole
+        else:
+            self.model = self.alpha * model + (1 - self.alpha) * self.model
+            self.whole = self.alpha * whole + (1 - self.alpha) * self.whole
+
+    @property
+    def allowed(self) -> int:
+        if self.whole <= 0.0 or self.model >= SIDE_BY_SIDE_SHARE * self.whole:
+            return self.threads
+        return 1
+
+
 @dataclass
 class Pending:
     payload: Any
@@ -111,6 +141,7 @@ class DynamicBatcher:
         # say), so it may take every core; then the cores go back to one batch each.
         self.before_run = before_run
         self.running = 0  # batches running now
+        self.side_by_side = SideBySide(self.threads)  # how many of them may run at once
         self.running_items = 0  # and the items in them
         # Model threads waiting for a batch, the most recently freed last: it takes what is
         # due (a lone request keeps going to the thread that ran the last one, whose memory
@@ -141,7 +172,9 @@ class DynamicBatcher:
             self._wake_top()
         return request.future
 
-    def take(self, now: float, share: int = 1) -> tuple[list[Pending], float]:
+    def take(
+        self, now: float, share: int = 1, free: int | None = None
+    ) -> tuple[list[Pending], float]:
         """The batch due now (whole requests, up to max_items items; one larger request
         goes alone), or nothing and the seconds to wait. Call with the lock held. With
         `share` model threads free, the due items are shared out among them: each batch
@@ -149,7 +182,12 @@ class DynamicBatcher:
         fair part of the items in the process (due and running) either: a free thread that
         took all that is due while another runs would make a batch several times the
         other's on one core, a cohort of callers that stays uneven and waits the longest
-        (at 8 clients on 2 cores, batches of 6-7 beside batches of 1-2)."""
+        (at 8 clients on 2 cores, batches of 6-7 beside batches of 1-2). `free`: the model
+        threads free (`share` unless given). A batch is held to grow only while no other
+        thread is free to take what comes meanwhile, or while others are free but may not
+        run a batch beside this one (`share` below `free`: batches one at a time) and two
+        or more requests are due: concurrent callers, whose batch grows; a lone request
+        then goes at once, since a sequential caller's next one only comes after it."""
         items = sum(p.size for p in self.pending)
         oldest = self.pending[0].arrived if self.pending else now
         wait = self.policy.wait(now, items, oldest, len(self.pending))
@@ -159,8 +197,9 @@ class DynamicBatcher:
             most = min(most, fair)
             if items >= fair:
                 wait = 0.0  # as large as its part already: a hold would only delay it
-        # Holding a batch to let it grow pays only while no other model thread is free.
-        if not items or (wait > 0 and share < 2):
+        free = share if free is None else free
+        may_hold = free < 2 or (share < free and len(self.pending) >= 2)
+        if not items or (wait > 0 and may_hold):
             return [], wait
         batch, total = [], 0
         while self.pending and (not batch or total + self.pending[0].size <= most):
@@ -168,6 +207,16 @@ class DynamicBatcher:
             batch.append(request)
             total += request.size
         return batch, 0.0
+
+    def next_batch(self, now: float) -> tuple[list[Pending], float]:
+        """What the free model thread at the top takes now (`take`, the due items shared
+        among the free threads that may run a batch): nothing while as many batches run as
+        may run at once (`SideBySide`); the thread whose batch ends takes the next one.
+        Call with the lock held."""
+        room = self.side_by_side.allowed - self.running
+        if room <= 0:
+            return [], float("inf")
+        return self.take(now, min(self.free, room), self.free)
 
     def run(self, batch: Sequence[Pending]) -> None:
         """Run one batch; every request's future is settled, whatever happens."""
@@ -191,6 +240,19 @@ class DynamicBatcher:
                 self.after_batch()
             except Exception as exc:  # noqa: BLE001 - the answers are out; only bookkeeping lost
                 log.warning("after a batch: %s", exc)
+
+    def ran(self, model: float, whole: float) -> None:
+        """A batch's seconds in its model stage and in all (`run_batch` reports them): they
+        decide whether batches run side by side (`SideBySide`)."""
+        with self.cond:
+            before = self.side_by_side.allowed
+            self.side_by_side.ran(model, whole)
+            now = self.side_by_side.allowed
+            if now != before:
+                log.debug("interactive batches: %s at a time (model %.0f %% of a batch)",
+                          now, 100 * self.side_by_side.model / self.side_by_side.whole)  # fmt: skip
+            if now > before and self.pending:
+                self._wake_top()  # room for another batch beside this one
 
     def _count(self, change: int) -> None:
         """Requests in flight go up or down; a start or end of a busy spell is dated."""
@@ -226,7 +288,7 @@ class DynamicBatcher:
                         return
                     wait = float("inf")
                     if self._idle[-1] is mine:  # the others wait their turn at the top
-                        batch, wait = self.take(self.clock(), self.free)
+                        batch, wait = self.next_batch(self.clock())
                         if batch:
                             break
                     mine.wait(None if wait == float("inf") else wait)

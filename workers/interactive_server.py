@@ -5,7 +5,8 @@ core/store/interactive_protocol.py), and answers a request sent as a Celery mess
 (`InteractiveServer.serve`, tasks/interactive.py).
 
 The feeder hands every request to the process's dynamic batcher (inference/dynamic.py);
-one model thread runs the batches: requests of the same tasks and labels share forward
+its model threads run the batches (side by side while the model is most of a batch's
+time, else one at a time): requests of the same tasks and labels share forward
 passes, identical texts are computed once and the result cache is read and filled
 (core/store/cache.py). A batch that raises is split in halves until the failing items stand
 alone (core/util/isolate.py), so each item gets its own result or its own error, and no
@@ -121,7 +122,8 @@ class InteractiveServer:
         a GPU, one. A small batch keeps several torch threads poorly busy (each forward is
         many short operations), and the web app's requests come one by one, so batches
         side by side on a core each serve more texts a second than one batch on them all
-        (bench/calibrate.py model-threads re-derives this)."""
+        (bench/calibrate.py model-threads re-derives this). They run side by side only
+        while the model is most of a batch's time (inference/dynamic.py `SideBySide`)."""
         cores = self.settings.torch_threads
         on_cpu = self.lane_and_device()[1] == "cpu"
         threads = self.settings.interactive_model_threads or (cores if on_cpu else 1)
@@ -189,6 +191,7 @@ class InteractiveServer:
         Answers go out from this thread because a hand-off would put another thread's
         wake-up on every request's path. Traced, the batch is a span linked to each
         request's span, with its stages as children."""
+        began = time.perf_counter()
         requests = [incoming.request for incoming in batch]
         items = sum(len(r.texts) for r in requests)
         attributes = {"laneway.batch_requests": len(requests), "laneway.batch_items": items}
@@ -210,6 +213,9 @@ class InteractiveServer:
             self.deliver(batch, bodies)
         except Exception:  # noqa: BLE001 - their callers' waits end and store them as jobs
             log.exception("could not deliver a batch of %s answers", len(batch))
+        batcher = self._batcher
+        if figures is not None and batcher is not None:
+            batcher.ran(figures.spent.model, time.perf_counter() - began)
         sender = self._sender
         if sender is None:  # stopping: stored and recorded from here
             self.finish(batch, later, figures)

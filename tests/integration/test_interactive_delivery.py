@@ -16,6 +16,7 @@ import redis
 
 from core.store import interactive_protocol as ia
 from core.store import usage
+from inference.dynamic import DynamicBatcher
 from inference.stages import StageTimes
 from workers import interactive_server
 from workers.interactive_server import BatchFigures, Incoming, InteractiveServer
@@ -28,12 +29,14 @@ def server(settings, monkeypatch):
     made._lane_device = (f"interactive.test-{uuid.uuid4().hex[:8]}", "cpu")
 
     def run_batch(requests, later):  # noqa: ARG001 - the signature of _run_batch
+        model = made.model_seconds  # the batch's model stage, as the test sets it
         answers = [[{"id": i, "embedding": [0.25, 0.5]} for i in r.ids] for r in requests]
         items = sum(len(r.texts) for r in requests)
         timing = {"started": time.time(), "run": 1.0, "model": 1.0,
                   "batch_requests": len(requests), "batch_items": items}  # fmt: skip
-        return answers, timing, BatchFigures(items, 0, StageTimes(model=0.001))
+        return answers, timing, BatchFigures(items, 0, StageTimes(model=model))
 
+    made.model_seconds = 0.001
     monkeypatch.setattr(made, "_run_batch", run_batch)
     yield made
     if made._sender is not None:
@@ -93,3 +96,22 @@ def test_a_delivery_that_fails_leaves_the_model_thread_going(server, settings, m
     server._sender.shutdown(wait=True)
     assert r.llen(ia.reply_key(incoming.request.id)) == 0
     assert _usage_items(r, lane) == 2
+
+
+def test_each_batch_tells_the_batcher_how_much_of_it_was_the_model(server, settings):
+    """The batcher runs batches side by side only while the model is most of a batch's
+    time (inference/dynamic.py SideBySide): the server reports each batch's model stage
+    and its whole time on the model thread, answers included."""
+    r = redis.Redis.from_url(settings.redis_url)
+    server._batcher = DynamicBatcher(server.run_requests, threads=2)  # not started
+    side = server._batcher.side_by_side
+    server.model_seconds = 0.0  # a model that costs nothing: the batch is all the rest
+    for _ in range(20):
+        incoming = _incoming(1)
+        server.run_requests([incoming])
+        assert r.blpop([ia.reply_key(incoming.request.id)], timeout=5) is not None
+    assert side.model == 0.0 and side.whole > 0.0 and side.allowed == 1
+    server.model_seconds = 60.0  # a model that is the whole batch's time
+    for _ in range(20):
+        server.run_requests([_incoming(1)])
+    assert side.model > 0.5 * side.whole and side.allowed == 2

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from inference.dynamic import BatchPolicy, DynamicBatcher
+from inference.dynamic import BatchPolicy, DynamicBatcher, SideBySide
 
 
 class Clock:
@@ -183,6 +183,17 @@ def test_requests_dropped_at_stop_leave_nothing_in_flight():
     assert b.activity()[0] == 0
 
 
+def submit_when_both_free(b: DynamicBatcher, count: int) -> list:
+    """Once both model threads wait for work, `count` requests submitted under the
+    batcher's (reentrant) lock: the threads see them all at once."""
+    for _ in range(1000):
+        with b.cond:
+            if b.free == 2:
+                return [b.submit(n) for n in range(count)]
+        threading.Event().wait(0.01)
+    raise AssertionError("the model threads never both waited for work")
+
+
 def test_free_model_threads_share_the_due_items_and_run_them_side_by_side():
     """Two model threads free, four requests due: each takes two, and the two batches run
     at the same time (the barrier breaks, failing both, if one waited for the other)."""
@@ -200,13 +211,7 @@ def test_free_model_threads_share_the_due_items_and_run_them_side_by_side():
         thread_start=lambda: started.add(threading.get_ident()),
     ).start()  # fmt: skip
     try:
-        for _ in range(1000):  # both threads are waiting for work before any arrives
-            with b.cond:
-                if b.free == 2:
-                    # Submitted under the batcher's (reentrant) lock: both threads see all four.
-                    futures = [b.submit(n) for n in range(4)]
-                    break
-            threading.Event().wait(0.01)
+        futures = submit_when_both_free(b, 4)
         assert [f.result(10) for f in futures] == [0, 10, 20, 30]
         assert sorted(map(len, batches)) == [2, 2] and len(started) == 2
     finally:
@@ -396,3 +401,113 @@ def test_the_running_items_are_counted_while_a_batch_runs_and_released_after():
         assert seen == [3, 2] and b.running_items == 0
     finally:
         b.stop()
+
+
+def test_batches_run_side_by_side_only_while_the_model_is_most_of_a_batch():
+    """The model stage releases the GIL; the Python around it does not. Side by side while
+    the model is at least half a batch's time (recent batches averaged), else one at a
+    time; every thread before anything has run."""
+    side = SideBySide(threads=2)
+    assert side.allowed == 2  # nothing measured: the count chosen for a costly model
+    side.ran(model=0.008, whole=0.010)  # a real model's forward on these cores
+    assert side.allowed == 2
+    side.ran(model=0.0005, whole=0.003)  # one batch of a near-free model: the average holds
+    assert side.allowed == 2
+    for _ in range(20):  # batches stay mostly Python: one at a time
+        side.ran(model=0.0005, whole=0.003)
+    assert side.allowed == 1
+    for _ in range(20):  # the model is the cost again: side by side again
+        side.ran(model=0.009, whole=0.010)
+    assert side.allowed == 2
+    assert SideBySide(threads=1).allowed == 1
+    one = SideBySide(threads=2)
+    one.ran(model=0.005, whole=0.010)  # exactly half: still side by side
+    assert one.allowed == 2
+
+
+def python_bound(b: DynamicBatcher) -> None:
+    for _ in range(20):
+        b.ran(model=0.0002, whole=0.002)
+    assert b.side_by_side.allowed == 1
+
+
+def test_no_batch_starts_beside_a_running_one_while_batches_are_python_bound():
+    b = DynamicBatcher(lambda p: p, max_items=64, max_wait=0.0, threads=2)
+    b._idle = [threading.Condition(b._lock), threading.Condition(b._lock)]  # both free
+    for n in range(4):
+        b.submit(n)
+    with b.cond:
+        batch, _ = b.next_batch(0.0)  # model-bound (nothing measured): shared out
+        assert [p.payload for p in batch] == [0, 1]
+        b.running, b.running_items = 1, 2
+        batch, _ = b.next_batch(0.0)  # the other free thread takes its part beside it
+        assert [p.payload for p in batch] == [2, 3]
+    b.running, b.running_items = 1, 2
+    python_bound(b)
+    for n in range(4, 8):
+        b.submit(n)
+    with b.cond:
+        assert b.next_batch(0.0) == ([], float("inf"))  # one runs: no other beside it
+        b.running = b.running_items = 0
+        batch, wait = b.next_batch(0.0)  # it ended: everything due, not shared out
+    assert [p.payload for p in batch] == [4, 5, 6, 7] and wait == 0.0
+
+
+def test_python_bound_batches_take_everything_due_one_at_a_time():
+    """Two model threads, batches reported Python-bound, four requests due at once: one
+    batch of all four (model-bound, it would be two of two side by side)."""
+    batches: list[list[int]] = []
+
+    def run(payloads):
+        batches.append(list(payloads))
+        return [p * 10 for p in payloads]
+
+    b = DynamicBatcher(run, max_items=64, max_wait=0.0, threads=2)
+    python_bound(b)
+    b.start()
+    try:
+        futures = submit_when_both_free(b, 4)
+        assert [f.result(10) for f in futures] == [0, 10, 20, 30]
+        assert batches == [[0, 1, 2, 3]]
+    finally:
+        b.stop()
+
+
+def test_room_for_a_second_batch_wakes_a_free_thread():
+    """A batch reported model-bound again, with requests due while one runs: a free model
+    thread is woken to take them beside it (not left until the running batch ends)."""
+    b = DynamicBatcher(lambda p: p, max_items=64, max_wait=0.0, threads=2)
+    woken: list[str] = []
+
+    class Waiter:
+        def notify(self) -> None:
+            woken.append("top")
+
+    python_bound(b)
+    b._idle = [Waiter()]
+    b.submit(1)
+    woken.clear()
+    b.ran(model=0.5, whole=0.5)  # one batch: the average is now mostly model
+    assert b.side_by_side.allowed == 2 and woken == ["top"]
+
+
+def test_one_batch_at_a_time_holds_no_lone_request_while_another_thread_is_free():
+    """A sequential caller's requests arrive densely (each right after its answer), so a
+    batcher whose only model thread is free would hold them to grow; with two threads
+    running batches one at a time, none is held: nothing else will come meanwhile."""
+    b, clock = batcher(max_items=64)
+    b.threads = 2
+    b.side_by_side = SideBySide(threads=2)
+    b._idle = [threading.Condition(b._lock), threading.Condition(b._lock)]
+    python_bound(b)
+    for n in range(5):  # a sequential caller: one request every 2 ms
+        b.submit(n)
+        with b.cond:
+            batch, wait = b.next_batch(clock())
+        assert [p.payload for p in batch] == [n] and wait == 0.0
+        clock.now += 0.002
+    single, clock = batcher(max_items=64)  # one model thread: it holds them, as before
+    for n in range(5):
+        single.submit(n)
+        clock.now += 0.002
+    assert single.take(clock())[0] == []
