@@ -1,8 +1,10 @@
 import logging
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from core.obs.logsafe import install_redaction, printable, redact
+from core.obs.logsafe import REDACTIONS, install_redaction, printable, redact
 
 KEY = "lw_0123456789ab_Zx9-Qw_ErTy-uiop_ASDFghjkl1234567890abcd"
 
@@ -39,6 +41,30 @@ def test_redact_hides_the_secret_and_keeps_what_identifies_it(text, secret, kept
 )
 def test_text_without_secrets_is_unchanged(line):
     assert redact(line) == line
+
+
+def every_pattern(text: str) -> str:
+    """Redaction as every pattern applied to the whole text, needles or not."""
+    for pattern, replacement, _, _ in REDACTIONS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# Pieces of a line: secrets of each kind, their words in odd cases and halves, separators,
+# a few non-ASCII letters (some change length when lowered), and free text.
+PIECES = st.sampled_from(
+    [KEY, "lw_", "lw_abc", "lw_fedcba98_Sec-ret", "_", "Bearer", "BeArEr", "bEARER", "bearer",
+     "Basic", "basic", "BASIC", " ", "\t", "abcdefgh1234", "dXNlcjpwYXNzd29yZA==", "://", "https://",
+     "http://h", "redis://:pw@", "postgresql://u:p@db/x", "/path?token=x", "@", ":", '"',
+     "İ", "K", "ß", "\n"]
+)  # fmt: skip
+
+
+@given(st.lists(st.one_of(PIECES, st.text(max_size=8)), max_size=12).map("".join))
+def test_the_needles_never_skip_a_secret(text):
+    """A pattern is skipped only where it could not match: the redacted text is the one
+    every pattern over the whole text gives."""
+    assert redact(text) == every_pattern(text)
 
 
 def test_every_logger_is_redacted_whatever_its_handler(caplog):
