@@ -33,6 +33,9 @@ _clients_lock = threading.Lock()
 def blocking_client(settings: Settings) -> redis.Redis:
     """A Redis client per process whose reads may block as long as the longest wait."""
     key = (os.getpid(), settings.redis_url)
+    found = _clients.get(key)  # made once per process: no lock on every request's way
+    if found is not None:
+        return found
     with _clients_lock:
         if key not in _clients:
             _clients[key] = redis.Redis.from_url(

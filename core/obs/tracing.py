@@ -39,6 +39,17 @@ PROBES = "/livez$,/healthz$,/metrics$"
 
 # The pid of the process whose provider this module set up: a forked child has none yet.
 _configured_pid: int | None = None
+# This process's pid, renewed in a forked child: `enabled` is asked on every interactive
+# request, and os.getpid() is a system call each time.
+_pid = os.getpid()
+
+
+def _renew_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_renew_pid)
 
 
 class TracingError(ValueError):
@@ -106,7 +117,7 @@ def _importable(module: str) -> bool:
 
 def enabled() -> bool:
     """True in a process whose tracing is set up (not merely inherited through a fork)."""
-    return _configured_pid == os.getpid()
+    return _configured_pid == _pid
 
 
 def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
@@ -137,7 +148,7 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     instrumentor = CeleryInstrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.instrument()
-    _configured_pid = os.getpid()
+    _configured_pid = _pid
     log.info("tracing: %s spans of %s", name, _service_of(trace.get_tracer_provider()))
     return True
 

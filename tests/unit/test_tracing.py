@@ -232,3 +232,21 @@ def test_a_request_made_while_off_has_no_trace():
     request = new_request(["embed"], [], [("1", "a")], keep=True, account=3)
     assert request.trace is None and "trace" not in request.message()
     assert Request.from_message(request.message()) == request
+
+
+@pytest.mark.slow  # forks a process
+def test_a_forked_child_is_not_set_up_by_its_parents_tracing(monkeypatch):
+    """`enabled` holds in the process that set tracing up, not in a child forked from it
+    (a gunicorn or Celery worker sets up its own)."""
+    monkeypatch.setattr(tracing, "_configured_pid", tracing._pid)  # as `configure` leaves it
+    assert tracing.enabled()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its answer, then out at once
+        os.write(write, b"1" if tracing.enabled() else b"0")
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"0"
+    os.close(read)
+    assert tracing.enabled()
