@@ -271,8 +271,10 @@ class DynamicBatcher:
         return len(self._idle)
 
     def _wake_top(self) -> None:
-        """Call with the lock held: the most recently freed model thread looks at what is due."""
-        if self._idle:
+        """Call with the lock held: the most recently freed model thread looks at what is due,
+        if another batch may start now; else the thread whose batch ends takes it (a wake-up
+        per request, to find no room, would cost the process a thread switch each)."""
+        if self._idle and self.side_by_side.allowed > self.running:
             self._idle[-1].notify()
 
     def _loop(self) -> None:

@@ -511,3 +511,26 @@ def test_one_batch_at_a_time_holds_no_lone_request_while_another_thread_is_free(
         single.submit(n)
         clock.now += 0.002
     assert single.take(clock())[0] == []
+
+
+def test_no_thread_is_woken_for_a_request_no_batch_may_start_on():
+    """Batches one at a time and one running: a request that arrives wakes no free thread
+    (it could only find no room); the thread whose batch ends takes it."""
+    b = DynamicBatcher(lambda p: p, max_items=64, max_wait=0.0, threads=2)
+    woken: list[str] = []
+
+    class Waiter:
+        def notify(self) -> None:
+            woken.append("top")
+
+    b._idle = [Waiter()]
+    b.submit(1)  # model-bound (nothing measured), nothing running: woken
+    assert woken == ["top"]
+    python_bound(b)
+    b.running = 1
+    woken.clear()
+    b.submit(2)
+    assert woken == []
+    b.running = 0
+    b.submit(3)  # nothing running: room again
+    assert woken == ["top"]
