@@ -28,3 +28,8 @@ def worker_exit(_server: Any, worker: Any) -> None:
     drain = getattr(getattr(worker, "log", None), "drain", None)
     if drain is not None:
         drain()
+
+
+# gthread, with a kept-alive connection's next request read by the thread that answered
+# the last one when it comes at once (webapp/gunicorn_worker.py).
+worker_class = "webapp.gunicorn_worker.Worker"
