@@ -14,7 +14,9 @@ goes back to the poller as gunicorn sends it. The quarter: with many callers at 
 core taken), a thread that serves its own connection's next request at once serves it
 ahead of requests already waiting for the poller, and the slowest callers wait longer (at
 64 clients, p99 rose by about a fifth when any free thread lingered, and still when up to
-half the threads were serving; docs/benchmarks.md).
+half the threads were serving; docs/benchmarks.md). Under a gunicorn whose `handle` returns
+anything but True for a kept-alive connection (older releases return a pair), it never
+lingers: gunicorn's own handling, unchanged.
 """
 
 from __future__ import annotations

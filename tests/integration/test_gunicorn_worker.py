@@ -81,6 +81,12 @@ def lingered(log: Path) -> int:
     return log.read_text().count(LINGERED)
 
 
+def test_laneway_web_runs_this_worker():
+    from webapp import gunicorn_hooks  # what `laneway web` passes as gunicorn's --config
+
+    assert gunicorn_hooks.worker_class == "webapp.gunicorn_worker.Worker"
+
+
 def test_the_next_request_sent_at_once_is_served_by_the_same_thread(server):
     port, log, _ = server
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
