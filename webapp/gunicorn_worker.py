@@ -46,18 +46,24 @@ class Worker(ThreadWorker):
         try:
             result = super().handle(conn)
             while result is True and self.lingers():
-                if not conn.parser.unreader.buf.getvalue():  # nothing read ahead already
-                    try:
-                        readable, _, _ = select.select([conn.sock], [], [], LINGER)
-                    except (OSError, ValueError):  # closed meanwhile
-                        break
-                    if not readable:
-                        break
+                if not conn.parser.unreader.buf.getvalue() and not self.arrives(conn):
+                    break  # nothing read ahead already, and nothing came in time
                 self.log.debug("the next request of %s on the thread that answered", conn.client)
                 result = super().handle(conn)
             return result
         finally:
             self._count(-1)
+
+    @staticmethod
+    def arrives(conn: Any) -> bool:  # noqa: ANN401 - gunicorn's TConn
+        """Whether the connection's next bytes (or its close) arrive within LINGER: poll,
+        not select, whose descriptors stop at 1024 where a busy worker's may not."""
+        poller = select.poll()
+        try:
+            poller.register(conn.sock, select.POLLIN)
+            return bool(poller.poll(LINGER * 1000))
+        except (OSError, ValueError):  # closed meanwhile
+            return False
 
     def lingers(self) -> bool:
         """Whether a thread that answered may wait for its connection's next request: the

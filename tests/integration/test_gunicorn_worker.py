@@ -131,3 +131,31 @@ def test_no_thread_waits_on_its_connection_while_a_quarter_of_the_threads_serve(
         assert waiting.getresponse().status == 200
         waiting.close()
     conn.close()
+
+
+def test_a_connection_past_descriptor_1024_is_waited_on_too():
+    """select() refuses descriptors from 1024 on, which a busy worker's connections reach;
+    the wait polls, so such a connection's next request is still seen."""
+    import fcntl
+    import resource
+    from types import SimpleNamespace
+
+    from webapp.gunicorn_worker import Worker
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 1100:
+        pytest.skip(f"descriptors are limited to {hard} here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    ours, theirs = socket.socketpair()
+    high = socket.socket(fileno=fcntl.fcntl(ours.fileno(), fcntl.F_DUPFD, 1100))  # a free one
+    assert high.fileno() >= 1024
+    try:
+        conn = SimpleNamespace(sock=high)
+        assert not Worker.arrives(conn)  # nothing sent: the wait lapses
+        theirs.sendall(b"GET / HTTP/1.1\r\n")
+        assert Worker.arrives(conn)
+    finally:
+        high.close()
+        ours.close()
+        theirs.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
