@@ -17,7 +17,6 @@ longer carries: with one, each line is written as gunicorn writes it.
 from __future__ import annotations
 
 import collections
-import os
 import re
 import threading
 import time
@@ -25,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gunicorn import glogging
+
+from core.util import process
 
 FLUSH_EVERY = 0.05  # seconds a line may wait for the writer
 # The environ entries gunicorn's atoms read (HTTP_AUTHORIZATION: the `u` atom's user).
@@ -52,14 +53,14 @@ class AccessLogger(glogging.Logger):
         self._pending.append(
             (resp.status, getattr(resp, "sent", None), kept, request_time, time.time())
         )
-        if self._writer_pid != os.getpid():  # the first request of this (forked) worker
+        if self._writer_pid != process.pid():  # the first request of this (forked) worker
             self._start_writer()
 
     def _start_writer(self) -> None:
         with self._lock:
-            if self._writer_pid == os.getpid():
+            if self._writer_pid == process.pid():
                 return
-            self._writer_pid = os.getpid()
+            self._writer_pid = process.pid()
             threading.Thread(target=self._write_forever, daemon=True).start()
 
     def _write_forever(self) -> None:
@@ -148,6 +149,6 @@ ATOMS: dict[str, Callable[..., Any]] = {
     "D": lambda lg, st, sent, env, took, at: took.seconds * 1000000 + took.microseconds,
     "M": lambda lg, st, sent, env, took, at: took.seconds * 1000 + int(took.microseconds / 1000),
     "L": lambda lg, st, sent, env, took, at: f"{took.seconds:d}.{took.microseconds:06d}",
-    "p": lambda lg, st, sent, env, took, at: f"<{os.getpid()}>",
+    "p": lambda lg, st, sent, env, took, at: f"<{process.pid()}>",
 }
 ATOM_NAME = re.compile(r"%\((\w+)\)")

@@ -6,15 +6,14 @@ each answer: the thread that answered defers it through a pipe, the main thread 
 registers the socket with its poller, wakes again when the next request's bytes arrive,
 unregisters it and submits it to the pool, where a thread wakes to read it. On the
 interactive path, where a caller sends its next request as soon as it has its answer,
-those hand-offs cost the web process about as much CPU as parsing the request. Here the
+those hand-offs cost the web process CPU and thread switches on every request. Here the
 thread that answered waits up to LINGER seconds for the connection's next request and
 serves it itself, while at most a quarter of the pool's threads are serving connections
 and the worker is not stopping; otherwise, or when nothing comes in time, the connection
 goes back to the poller as gunicorn sends it. The quarter: with many callers at once (every
 core taken), a thread that serves its own connection's next request at once serves it
-ahead of requests already waiting for the poller, and the slowest callers wait longer (at
-64 clients, p99 rose by about a fifth when any free thread lingered, and still when up to
-half the threads were serving; docs/benchmarks.md). Under a gunicorn whose `handle` returns
+ahead of requests already waiting for the poller, and the slowest callers wait longer; few
+threads busy means few callers, who gain. Under a gunicorn whose `handle` returns
 anything but True for a kept-alive connection (older releases return a pair), it never
 lingers: gunicorn's own handling, unchanged.
 """
@@ -36,10 +35,9 @@ class Worker(ThreadWorker):
         self._busy = 0  # the pool's threads serving a connection now
         self._busy_lock = threading.Lock()
 
-    def _count(self, change: int) -> int:
+    def _count(self, change: int) -> None:
         with self._busy_lock:
             self._busy += change
-            return self._busy
 
     def handle(self, conn: Any) -> Any:  # noqa: ANN401 - gunicorn's TConn and its result
         self._count(1)

@@ -8,11 +8,10 @@ threads share them, a forked process makes its own.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -20,6 +19,7 @@ from core.config.settings import Settings
 from core.store.interactive_protocol import Request, push
 from core.store.interactive_protocol import send_and_wait as send_and_wait_answer
 from core.store.redis_conn import client_url
+from core.util import process
 from jobs.lanes import alive_workers
 from webapp import ratelimit_gate
 from webapp.refresh_ahead import read_ahead
@@ -28,21 +28,32 @@ log = logging.getLogger(__name__)
 
 _clients: dict[tuple[int, str], redis.Redis] = {}
 _clients_lock = threading.Lock()
+T = TypeVar("T")
+
+
+def _per_process(made: dict[tuple[int, str], T], name: str, make: Callable[[], T]) -> T:
+    """This process's one `made[name]`, made by `make` on first use: looked up without the
+    lock on every request's way, made under it once."""
+    key = (process.pid(), name)
+    found = made.get(key)
+    if found is not None:
+        return found
+    with _clients_lock:
+        if key not in made:
+            made[key] = make()
+        return made[key]
 
 
 def blocking_client(settings: Settings) -> redis.Redis:
     """A Redis client per process whose reads may block as long as the longest wait."""
-    key = (os.getpid(), settings.redis_url)
-    found = _clients.get(key)  # made once per process: no lock on every request's way
-    if found is not None:
-        return found
-    with _clients_lock:
-        if key not in _clients:
-            _clients[key] = redis.Redis.from_url(
-                client_url(settings.redis_url),
-                socket_timeout=max(settings.sync_max_wait, settings.sync_timeout) + 10,
-            )
-        return _clients[key]
+    return _per_process(
+        _clients,
+        settings.redis_url,
+        lambda: redis.Redis.from_url(
+            client_url(settings.redis_url),
+            socket_timeout=max(settings.sync_max_wait, settings.sync_timeout) + 10,
+        ),
+    )
 
 
 def choose_lane(setting: str, gpu_live: bool) -> str:
@@ -125,15 +136,15 @@ _choosers: dict[tuple[int, str], LaneChooser] = {}
 def chooser(settings: Settings) -> LaneChooser:
     """This process's lane chooser for the worker registry `settings` name (an app made with
     other settings in the same process, a test's above all, never reads another's)."""
-    key = (os.getpid(), settings.database_url)
-    with _clients_lock:
-        if key not in _choosers:
 
-            def served_since(since: datetime) -> bool:
-                return bool(alive_workers(settings, "interactive.gpu", since))
+    def served_since(since: datetime) -> bool:
+        return bool(alive_workers(settings, "interactive.gpu", since))
 
-            _choosers[key] = LaneChooser(served_since, settings.worker_dead_after, ahead=read_ahead)
-        return _choosers[key]
+    return _per_process(
+        _choosers,
+        settings.database_url,
+        lambda: LaneChooser(served_since, settings.worker_dead_after, ahead=read_ahead),
+    )
 
 
 def lane_for(settings: Settings) -> str:

@@ -5,10 +5,11 @@ steady caller's request never waits on Postgres."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+
+from core.util import process
 
 _pools: dict[int, ThreadPoolExecutor] = {}  # by pid: a forked child makes its own
 _lock = threading.Lock()
@@ -17,7 +18,7 @@ _lock = threading.Lock()
 def read_ahead(job: Callable[[], None]) -> Future:
     """Run `job` on this process's read-ahead pool. Raises RuntimeError once the pool can
     take no more (the interpreter is shutting down): the caller then does without."""
-    pid = os.getpid()
+    pid = process.pid()
     with _lock:
         pool = _pools.get(pid)
         if pool is None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config.settings import Settings, get_settings
+from core.util import process
 from core.vocab import FINAL_JOB_STATUSES, LANES
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -66,11 +67,11 @@ HOST = socket.gethostname().replace("_", "-") or "localhost"
 # prometheus_client asks for the process's identifier on every increment and observation
 # (to notice a fork): kept here, and renewed in a forked child, rather than a getpid call
 # and a string made each time.
-_identity = [f"{HOST}-{os.getpid()}"]
+_identity = [f"{HOST}-{process.pid()}"]
 
 
 def _renew_identity() -> None:
-    _identity[0] = f"{HOST}-{os.getpid()}"
+    _identity[0] = f"{HOST}-{process.pid()}"  # core/util/process renews first
 
 
 os.register_at_fork(after_in_child=_renew_identity)

@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
+from core.util import process
+
 log = logging.getLogger(__name__)
 TRACER = "laneway"
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -39,17 +41,6 @@ PROBES = "/livez$,/healthz$,/metrics$"
 
 # The pid of the process whose provider this module set up: a forked child has none yet.
 _configured_pid: int | None = None
-# This process's pid, renewed in a forked child: `enabled` is asked on every interactive
-# request, and os.getpid() is a system call each time.
-_pid = os.getpid()
-
-
-def _renew_pid() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-os.register_at_fork(after_in_child=_renew_pid)
 
 
 class TracingError(ValueError):
@@ -117,7 +108,7 @@ def _importable(module: str) -> bool:
 
 def enabled() -> bool:
     """True in a process whose tracing is set up (not merely inherited through a fork)."""
-    return _configured_pid == _pid
+    return _configured_pid == process.pid()  # asked on every interactive request
 
 
 def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
@@ -148,7 +139,7 @@ def configure(service: str, env: Mapping[str, str] = os.environ) -> bool:
     instrumentor = CeleryInstrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.instrument()
-    _configured_pid = _pid
+    _configured_pid = process.pid()
     log.info("tracing: %s spans of %s", name, _service_of(trace.get_tracer_provider()))
     return True
 

@@ -13,6 +13,7 @@ import pytest
 
 from core.obs import tracing
 from core.store.interactive_protocol import Request, new_request
+from core.util import process
 
 ENDPOINT = "http://collector:4318"
 
@@ -238,7 +239,7 @@ def test_a_request_made_while_off_has_no_trace():
 def test_a_forked_child_is_not_set_up_by_its_parents_tracing(monkeypatch):
     """`enabled` holds in the process that set tracing up, not in a child forked from it
     (a gunicorn or Celery worker sets up its own)."""
-    monkeypatch.setattr(tracing, "_configured_pid", tracing._pid)  # as `configure` leaves it
+    monkeypatch.setattr(tracing, "_configured_pid", process.pid())  # as `configure` leaves it
     assert tracing.enabled()
     read, write = os.pipe()
     pid = os.fork()
