@@ -189,7 +189,7 @@ def run_bench(
         # Its own session, so that a Ctrl-C at the terminal reaches this process alone,
         # which then interrupts the benchmark once, below.
         proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=fh, stderr=fh,
-                                start_new_session=True)  # fmt: skip
+                                start_new_session=True, preexec_fn=interruptible)  # fmt: skip
         try:
             with TierSampler(proc.pid, redis_cpu_reader(redis_url)) as sampler:
                 try:
@@ -203,6 +203,28 @@ def run_bench(
     if code != 0 or not out.exists():
         raise PlanError(f"{argv[0]} failed (exit {code}); see {log}")
     return json.loads(out.read_text()), sampler
+
+
+def interruptible() -> None:
+    """In the benchmark's process before it starts: SIGINT's default, which Python turns
+    into KeyboardInterrupt, whatever this process had. A shell starts a background job
+    (`laneway calibrate &` in a script, under nohup) with SIGINT ignored, and an ignored
+    signal stays ignored across exec: the benchmark would then ignore `stop_benchmark`'s
+    SIGINT and be killed after the grace, leaving the fleets it started running."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def stop_on_sigterm() -> Callable[[], None]:
+    """SIGTERM (a `kill`, a container's stop) handled as Ctrl-C is, by KeyboardInterrupt,
+    so that the running benchmark is stopped with its fleets rather than left behind (it
+    runs in a session of its own, which a signal to this process does not reach). Call in
+    the main thread; returns what puts the previous handler back."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def stop_benchmark(proc: subprocess.Popen, grace: float = 60.0) -> None:

@@ -99,7 +99,7 @@ def calibrate(path: Path | None, task: str, items: int, seconds: float, levels: 
     on an otherwise idle machine against the Postgres and Redis the fleet uses."""
     from db.migrate import upgrade
     from fleet.calibration import calibrate as run
-    from fleet.calibration import write_profile
+    from fleet.calibration import stop_on_sigterm, write_profile
 
     settings = cli_settings()
     if settings.embedded_redis or not settings.database_url.startswith("postgresql"):
@@ -107,11 +107,14 @@ def calibrate(path: Path | None, task: str, items: int, seconds: float, levels: 
     target = _profile_path(path)
     _check_writable(target)  # before minutes of benchmarks, not after
     upgrade(settings)  # the benchmarks' jobs and the footprint read the tables
+    restore = stop_on_sigterm()
     try:
         profile = run(task, items, seconds, levels, settings.database_url, settings.redis_url,
                       getattr(settings, f"{task}_model"), say=click.echo)  # fmt: skip
     except PlanError as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        restore()
     write_profile(profile, target)
     click.echo(f"profile written to {target}")
 

@@ -318,3 +318,49 @@ def test_a_benchmark_is_never_left_running_when_calibration_stops_early(tmp_path
         return [p for p in psutil.process_iter(["cmdline"]) if token in (p.info["cmdline"] or [])]
 
     assert alive() == []
+
+
+@pytest.fixture
+def sigint_ignored():
+    """This process with SIGINT ignored, as a shell starts a background job (`laneway
+    calibrate &` in a script): the disposition a child inherits across exec."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.slow  # a Python child: the benchmark's stand-in
+@pytest.mark.usefixtures("sigint_ignored")
+def test_a_benchmark_takes_the_sigint_that_stops_it_even_when_calibration_ignores_sigint(
+    tmp_path: Path,
+) -> None:
+    """The stand-in reports its own SIGINT handler: Python's, which turns the stop's SIGINT
+    into KeyboardInterrupt, not the ignored one it would inherit from here (it would then
+    run on, with its fleets, until killed after the grace)."""
+    from fleet.calibration import run_bench
+
+    out = tmp_path / "r.json"
+    stand_in = ["-c", "import json, signal, sys; json.dump({'handler': str(signal.getsignal("
+                "signal.SIGINT))}, open(sys.argv[1], 'w'))", str(out)]  # fmt: skip
+    report, _ = run_bench(stand_in, "", out, 60)
+    assert "default_int_handler" in report["handler"], report
+
+
+def test_sigterm_stops_calibration_as_ctrl_c_does_and_the_handler_is_put_back() -> None:
+    """`laneway calibrate` under a `kill`: KeyboardInterrupt, on which the running benchmark
+    is stopped with its fleets (run_bench's stop); afterwards SIGTERM is handled as before."""
+    import os
+    import signal
+
+    from fleet.calibration import stop_on_sigterm
+
+    before = signal.getsignal(signal.SIGTERM)
+    restore = stop_on_sigterm()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGTERM) is before
