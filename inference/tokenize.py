@@ -19,11 +19,15 @@ The probe checks both paths.
 Even the plain core splits, looks up and builds an encoding object for every word of
 every text, with no memory of words it has seen. Words repeat (a chunk of messages uses
 far fewer distinct words than it holds), so plain texts
-go, where the tokenizer is a plain BERT one (`Words.build`), through a cache of each
-word's pieces: a text is lowercased, split as BertPreTokenizer splits printable ASCII
-(runs of letters and digits, each other character alone), and each word's ids come from
-the cache, or from the core's own WordPiece model the first time; a text that holds an
-added token's spelling goes to the core. The probe checks it like the rest.
+go, where the tokenizer is a plain BERT one (`Words.build`), through a cache of pieces: a
+text is lowercased and split at its spaces (str.split, in C), and each space-separated
+token's ids come from a cache of tokens; a token met the first time is split as
+BertPreTokenizer splits printable ASCII (runs of letters and digits, each other character
+alone: a regular expression, which costs more than everything else together) and each
+word's ids come from a second cache, of words, or from the core's own WordPiece model the
+first time. A space always ends a word, so a token's ids are its words' ids whatever
+surrounds it. A text that holds an added token's spelling goes to the core. The probe
+checks it like the rest.
 
 Its copies are never changed after they are built, so threads may encode through them side
 by side without taking turns; threads fill the word cache side by side too (a dict's get and
@@ -62,8 +66,9 @@ PROBE = (
     "Ctrl\x01chars\x00in\x7fA\x0bWORD\x0c and\ttab\nline\rreturn\x1c\x1f end",
     "Order_#A12-b7 (ref: 9/10) $12.50+tax; me@x.io ~`q` {x}|\\^ done_ " + "ab" * 60,
 )
-# Distinct words the word cache holds before it starts afresh: a bounded few megabytes,
-# many times the words of any chunk of messages (numbers and ids keep adding new ones).
+# Distinct words, and space-separated tokens, each cache holds before it starts afresh: a
+# bounded few megabytes, many times those of any chunk of messages (numbers and ids keep
+# adding new ones).
 WORD_CACHE_LIMIT = 50_000
 # BertPreTokenizer's words in lowercased printable ASCII: runs of letters and digits, and
 # each other character but the space alone (ASCII's punctuation is all of those).
@@ -245,7 +250,8 @@ class Words:
         # Texts holding an added token's spelling, in any case, go to the core: it matches
         # those before splitting.
         self.added = re.compile("|".join(re.escape(a.lower()) for a in added)) if added else None
-        self.cache: dict[str, tuple[int, ...]] = {}
+        self.tokens: dict[str, tuple[int, ...]] = {}  # a space-separated token's ids
+        self.cache: dict[str, tuple[int, ...]] = {}  # a word's ids
 
     @classmethod
     def build(cls, spec: str, max_length: int, plain: Any) -> Words | None:
@@ -276,25 +282,41 @@ class Words:
         lowered = text.lower()
         if self.added is not None and self.added.search(lowered):
             return None
-        out = list(self.first)
-        cache, bound = self.cache, self.bound
-        for word in PLAIN_WORDS.findall(lowered):
-            pieces = cache.get(word)
-            if pieces is None:
-                pieces = self._learn(word)
-            out += pieces
-            if len(out) >= bound:
-                del out[bound:]
-                break
+        tokens = lowered.split()
+        bound = self.bound
+        # Every token has a word, and every word an id: `bound` tokens are more than enough.
+        del tokens[bound:]
+        found = list(map(self.tokens.get, tokens))  # the lookups, the count and the join in C
+        place = 0
+        for _ in range(found.count(None)):  # tokens not met before (ids, numbers): learned
+            place = found.index(None, place)
+            found[place] = self._token(tokens[place])
+        out = [*self.first, *chain.from_iterable(found)]
+        del out[bound:]
         out += self.last
         return out
 
-    def _learn(self, word: str) -> tuple[int, ...]:
-        if len(self.cache) >= WORD_CACHE_LIMIT:
-            self.cache.clear()
-        pieces = tuple(token.id for token in self.model.tokenize(word))
-        self.cache[word] = pieces
+    def _token(self, token: str) -> tuple[int, ...]:
+        """A space-separated token's ids: its words' (BertPreTokenizer's split), each from
+        the word cache or learned."""
+        words = self.cache
+        pieces = tuple(chain.from_iterable(
+            words.get(word) or self._learn(word) for word in PLAIN_WORDS.findall(token)
+        ))  # fmt: skip
+        _remember(self.tokens, token, pieces)
         return pieces
+
+    def _learn(self, word: str) -> tuple[int, ...]:
+        pieces = tuple(token.id for token in self.model.tokenize(word))
+        _remember(self.cache, word, pieces)
+        return pieces
+
+
+def _remember(cache: dict[str, tuple[int, ...]], key: str, pieces: tuple[int, ...]) -> None:
+    """Into a cache of at most WORD_CACHE_LIMIT entries, which starts afresh when full."""
+    if len(cache) >= WORD_CACHE_LIMIT:
+        cache.clear()
+    cache[key] = pieces
 
 
 def template_ids(processor: dict[str, Any]) -> tuple[list[int], list[int]] | None:

@@ -117,6 +117,7 @@ def test_the_word_cache_starts_afresh_at_its_limit(
     texts = [f"order {n} of item {n * 7919} refunded" for n in range(200)]
     assert_prepared_alike(tokenizer, direct, texts, 16)
     assert 0 < len(direct.words.cache) <= 50
+    assert 0 < len(direct.words.tokens) <= 50
 
 
 def test_texts_with_an_added_token_s_spelling_go_to_the_core(tokenizer: Any) -> None:
