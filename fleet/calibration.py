@@ -207,10 +207,11 @@ def run_bench(
 
 def interruptible() -> None:
     """In the benchmark's process before it starts: SIGINT's default, which Python turns
-    into KeyboardInterrupt, whatever this process had. A shell starts a background job
-    (`laneway calibrate &` in a script, under nohup) with SIGINT ignored, and an ignored
-    signal stays ignored across exec: the benchmark would then ignore `stop_benchmark`'s
-    SIGINT and be killed after the grace, leaving the fleets it started running."""
+    into KeyboardInterrupt, whatever this process had. A shell without job control starts
+    a background job (`laneway calibrate &` in a script) with SIGINT ignored, and an
+    ignored signal stays ignored across exec: the benchmark would then ignore
+    `stop_benchmark`'s SIGINT and be killed after the grace, leaving the fleets it started
+    running."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
