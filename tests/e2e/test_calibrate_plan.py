@@ -62,3 +62,58 @@ def test_calibrate_writes_a_profile_that_plan_reads(tmp_path: Path) -> None:
     plan = json.loads(shown.output)
     assert {r["process"] for r in plan["processes"]} >= {"cpu worker", "web"}
     assert plan["cost"]["per_item"] > 0
+
+
+def test_a_kill_mid_calibration_stops_the_benchmark_and_every_process_it_started(
+    tmp_path: Path,
+) -> None:
+    """`laneway calibrate` started as a script's background job (SIGINT ignored, which its
+    children inherit) gets a `kill` while the first benchmark's fleet runs: it exits, the
+    benchmark interrupted (it wrote no report: it did not run on to its end) and every
+    process the benchmark started gone with it."""
+    import signal
+
+    import psutil
+
+    from tests.e2e.procs import wait_for
+
+    def as_background_job() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    calibrate = subprocess.Popen(
+        [sys.executable, "-m", "fleet.cli", "calibrate", "--items", "1000", "--seconds", "1",
+         "--levels", "1", "--profile", str(tmp_path / "profile.json")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**os.environ, "TMPDIR": str(tmp_path)}, preexec_fn=as_background_job,
+    )  # fmt: skip
+    started: list[psutil.Process] = []
+
+    def command(proc: psutil.Process) -> str:
+        try:
+            return " ".join(proc.cmdline())
+        except psutil.Error:  # gone meanwhile
+            return ""
+
+    try:
+
+        def fleet_running() -> bool:
+            started[:] = psutil.Process(calibrate.pid).children(recursive=True)
+            return any("celery" in command(p) for p in started)
+
+        wait_for(fleet_running, 300, "the first benchmark's celery worker")
+        calibrate.send_signal(signal.SIGTERM)
+        output = calibrate.communicate(timeout=300)[0].decode(errors="replace")
+        assert calibrate.returncode != 0, output[-2000:]
+        assert not (tmp_path / "profile.json").exists()
+        assert list(tmp_path.glob("laneway-calibrate-*/throughput.log"))  # it had begun
+        assert not list(tmp_path.glob("laneway-calibrate-*/throughput.json")), output[-2000:]
+        left = [command(p) for p in started if p.is_running()]
+        assert [c for c in left if c] == []
+    finally:
+        calibrate.kill()  # a failed check leaves nothing running either
+        for proc in started:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        calibrate.wait()
