@@ -31,29 +31,32 @@ _clients_lock = threading.Lock()
 T = TypeVar("T")
 
 
-def _per_process(made: dict[tuple[int, str], T], name: str, make: Callable[[], T]) -> T:
-    """This process's one `made[name]`, made by `make` on first use: looked up without the
-    lock on every request's way, made under it once."""
+def _per_process(
+    made: dict[tuple[int, str], T], name: str, make: Callable[[Settings], T], settings: Settings
+) -> T:
+    """This process's one `made[name]`, made by `make(settings)` on first use: looked up
+    without the lock (and without making a closure) on every request's way, made under the
+    lock once."""
     key = (process.pid(), name)
     found = made.get(key)
     if found is not None:
         return found
     with _clients_lock:
         if key not in made:
-            made[key] = make()
+            made[key] = make(settings)
         return made[key]
+
+
+def _blocking_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(
+        client_url(settings.redis_url),
+        socket_timeout=max(settings.sync_max_wait, settings.sync_timeout) + 10,
+    )
 
 
 def blocking_client(settings: Settings) -> redis.Redis:
     """A Redis client per process whose reads may block as long as the longest wait."""
-    return _per_process(
-        _clients,
-        settings.redis_url,
-        lambda: redis.Redis.from_url(
-            client_url(settings.redis_url),
-            socket_timeout=max(settings.sync_max_wait, settings.sync_timeout) + 10,
-        ),
-    )
+    return _per_process(_clients, settings.redis_url, _blocking_client, settings)
 
 
 def choose_lane(setting: str, gpu_live: bool) -> str:
@@ -133,18 +136,17 @@ class LaneChooser:
 _choosers: dict[tuple[int, str], LaneChooser] = {}
 
 
-def chooser(settings: Settings) -> LaneChooser:
-    """This process's lane chooser for the worker registry `settings` name (an app made with
-    other settings in the same process, a test's above all, never reads another's)."""
-
+def _chooser(settings: Settings) -> LaneChooser:
     def served_since(since: datetime) -> bool:
         return bool(alive_workers(settings, "interactive.gpu", since))
 
-    return _per_process(
-        _choosers,
-        settings.database_url,
-        lambda: LaneChooser(served_since, settings.worker_dead_after, ahead=read_ahead),
-    )
+    return LaneChooser(served_since, settings.worker_dead_after, ahead=read_ahead)
+
+
+def chooser(settings: Settings) -> LaneChooser:
+    """This process's lane chooser for the worker registry `settings` name (an app made with
+    other settings in the same process, a test's above all, never reads another's)."""
+    return _per_process(_choosers, settings.database_url, _chooser, settings)
 
 
 def lane_for(settings: Settings) -> str:
