@@ -60,27 +60,42 @@ def split(output: dict[str, Any] | None) -> tuple[dict[str, Any] | None, bytes |
 def split_many(
     outputs: Sequence[dict[str, Any] | None],
 ) -> list[tuple[dict[str, Any] | None, bytes | None]]:
-    """`split` of each output, the same pairs, a chunk's vectors packed together: the
-    pipeline's vectors are float arrays of one length, and one stack, one check and one
-    conversion for them all cost less than several numpy calls for each. Any other output
-    (a list, another length, a vector `pack` refuses) goes through `split`."""
-    pairs: list[tuple[dict[str, Any] | None, bytes | None] | None] = [None] * len(outputs)
-    arrays = [
-        (i, o[FIELD])
-        for i, o in enumerate(outputs)
-        if o and isinstance(o.get(FIELD), np.ndarray) and o[FIELD].dtype.kind == "f"
-    ]
-    shape = arrays[0][1].shape if arrays else ()
-    alike = [(i, a) for i, a in arrays if a.shape == shape] if len(shape) == 1 and shape[0] else []
-    if alike:
-        stacked = np.stack([a for _, a in alike])
-        exact = np.abs(stacked).max(axis=1) < _EXACT_BELOW  # NaN compares False: refused
+    """`split` of each output, the same pairs, a chunk's vectors packed together.
+
+    The pipeline's chunk is vectors of one length under every output: one array made of
+    them all in one call, one check and one conversion, then each row's bytes cut from
+    one buffer, cost a fraction of numpy calls per output. Any other chunk (an output
+    without a vector, a failed item, vectors of several lengths or of no numbers) goes
+    through `split` output by output, as does a row the check refuses (float32 of 8 or
+    more, or not finite): `split` decides it exactly, on the values as given."""
+    try:
+        stacked = np.array([output[FIELD] for output in outputs])  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):  # no vector, no output, several lengths
+        stacked = None
+    if (
+        stacked is None
+        or stacked.ndim != 2
+        or stacked.dtype.kind not in "fi"
+        or not stacked.shape[1]
+    ):
+        return [split(output) for output in outputs]
+    with np.errstate(over="ignore"):  # a value past float32's range: inf, refused below
         packed = stacked.astype(_F32)
-        for row, (i, _) in enumerate(alike):
-            output = outputs[i]
-            if exact[row] and output is not None:
-                pairs[i] = ({k: v for k, v in output.items() if k != FIELD}, packed[row].tobytes())
-    return [pair if pair is not None else split(o) for pair, o in zip(pairs, outputs, strict=True)]
+    exact = (np.abs(packed).max(axis=1) < _EXACT_BELOW).tolist()  # NaN compares False
+    width = packed.shape[1] * packed.itemsize
+    data = packed.tobytes()
+    pairs: list[tuple[dict[str, Any] | None, bytes | None]] = []
+    start = 0
+    for output, fits in zip(outputs, exact, strict=True):
+        if fits and output is not None:  # an output: it held a vector
+            rest: dict[str, Any] = {}
+            if len(output) > 1:  # not the pipeline's embed output, its vector alone
+                rest = {k: v for k, v in output.items() if k != FIELD}
+            pairs.append((rest, data[start : start + width]))
+        else:
+            pairs.append(split(output))
+        start += width
+    return pairs
 
 
 def join(output: dict[str, Any] | None, packed: bytes | None) -> dict[str, Any]:

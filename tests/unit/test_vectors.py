@@ -100,7 +100,28 @@ _output = st.one_of(
 )
 
 
-@given(st.lists(_output, max_size=12))
+# A chunk as the pipeline makes it: every output a vector of one length (rows of one array,
+# or lists), some with a label, some with values float32 cannot give back, or whose float32
+# rounds up to 8 (7.9999999: packed, as `pack` decides on the values as given).
+_edge = st.sampled_from([8.0, -9.5, 7.9999999, -7.9999999, math.nan, math.inf, 1e300])
+_alike_chunk = st.integers(1, 4).flatmap(
+    lambda n: st.lists(
+        st.fixed_dictionaries(
+            {
+                "embedding": st.one_of(
+                    st.lists(st.one_of(six_places, _edge), min_size=n, max_size=n).map(np.array),
+                    st.lists(six_places, min_size=n, max_size=n),
+                    st.lists(st.integers(-9, 9), min_size=n, max_size=n).map(np.array),
+                )
+            },  # fmt: skip
+            optional={"label": st.sampled_from(["a", "b"])},
+        ),
+        max_size=12,
+    )
+)
+
+
+@given(st.one_of(st.lists(_output, max_size=12), _alike_chunk))
 def test_a_chunks_vectors_packed_together_are_each_vector_packed_alone(outputs) -> None:
     """split_many gives what split gives each output, whatever the chunk mixes, and leaves
     every output as it was."""
