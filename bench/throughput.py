@@ -93,6 +93,10 @@ class Bare:
         if variant == "bf16-pure":
             self.encoder = Encoder(precision="fp32")
             self.encoder.model = self.encoder.model.to(torch.bfloat16)
+            # The packed forward (inference/packed.py) was built for the fp32 model, whose
+            # weights it shares: it pools and normalizes in fp32 and would meet bf16 ones.
+            # Every weight and activation in bf16 is transformers' forward.
+            self.encoder.packed = None
         else:
             self.encoder = Encoder(precision=variant)
         self.pipeline = Pipeline(lambda task: self.encoder)

@@ -75,6 +75,26 @@ def test_throughput_without_fp32_is_refused_before_any_work(tmp_path):
     assert "add fp32" in done.stderr or "does not offer ['bf16']" in done.stderr, done.stderr
 
 
+def load_throughput():
+    spec = importlib.util.spec_from_file_location("bench_throughput", ROOT / "bench/throughput.py")
+    throughput = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(throughput)
+    return throughput
+
+
+@pytest.mark.parametrize("variant", ["fp32", "bf16", "bf16-pure"])
+def test_every_bare_variant_embeds(variant):
+    """Each bare-model variant the benchmark offers runs the pipeline (on a CPU without
+    native bf16 the bf16 ones are slow, but they run): bf16-pure, the fp32 encoder's model
+    turned to bf16, crashed in its warm-up where the packed forward built for fp32 met
+    bf16 LayerNorm weights."""
+    bare = load_throughput().Bare(
+        1, [], [8], ["a short text", "another one, longer"], "embed", variant
+    )
+    bare.run(["one more text"])
+    assert bare.items == 1 and bare.rate > 0
+
+
 def test_the_benchmarks_worker_includes_the_naive_task(monkeypatch, tmp_path):
     from core.config.settings import Settings
 
@@ -82,9 +102,7 @@ def test_the_benchmarks_worker_includes_the_naive_task(monkeypatch, tmp_path):
     # here they name this test's folder, and are undone after it.
     monkeypatch.setenv("HF_HUB_OFFLINE", "kept")
     monkeypatch.setenv("LANEWAY_HOME", str(tmp_path))
-    spec = importlib.util.spec_from_file_location("bench_throughput", ROOT / "bench/throughput.py")
-    throughput = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(throughput)
+    throughput = load_throughput()
     argv = throughput.bench_worker_argv(Settings.from_env({}), "bench-x")
     assert argv[argv.index("--include") + 1] == "bench.naive"
     assert "-Q" in argv and argv[argv.index("-Q") + 1] == "cpu,maintenance"
