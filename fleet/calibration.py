@@ -304,15 +304,18 @@ def env_of(run: dict) -> dict[str, str]:
 
 def interactive_figures(report: dict, cores: int) -> tuple[InteractiveCost, list[dict]]:
     """One task's interactive costs from bench/latency.py's idle levels: each tier's CPU
-    per request at each level with the median batch its worker ran (Server-Timing), the
-    latency alone (one client), and the share of the cores busy at the most clients."""
+    per request at each level with the median batch its worker ran (Server-Timing) and
+    its p99 over its mean latency (Little's law: clients over requests/s), the latency
+    alone (one client), and the share of the cores busy at the most clients."""
     levels = sorted(next(iter(report["idle"].values())), key=lambda x: x["clients"])
     names = {"web": "web", "worker": "interactive worker", "redis": "redis (shared)",
              "client": "bench client"}  # fmt: skip
     rows = [
         {"clients": x["clients"], "batch": max(1.0, x["stage_median_ms"].get("batch", 1.0)),
          **{f"{tier}_cpu_s": x["cpu_ms_per_request"].get(name, 0.0) / 1000
-            for tier, name in names.items()}}
+            for tier, name in names.items()},
+         **({"p99_over_mean": x["p99_ms"] * x["requests_per_s"] / (1000 * x["clients"])}
+            if x["p99_ms"] > 0 and x["requests_per_s"] > 0 else {})}
         for x in levels
     ]  # fmt: skip
     top = levels[-1]

@@ -80,6 +80,12 @@ class InteractiveCost:
         ordered = tuple(sorted((dict(x) for x in self.levels), key=lambda x: x["batch"]))
         if not ordered:
             raise ValueError("no interactive levels")
+        for level in ordered:
+            tail = level.get("p99_over_mean", 1.0)
+            if isinstance(tail, bool) or not (
+                isinstance(tail, int | float) and 0 < tail < math.inf
+            ):
+                raise ValueError("a level's p99 over its mean latency that is not above 0")
         object.__setattr__(self, "levels", ordered)
 
     def per_request(self, tier: str, batch: float) -> float:
@@ -87,16 +93,23 @@ class InteractiveCost:
         (a fixed cost per batch shared by its requests, plus a cost per request) between
         the measured batches, and flat beyond them."""
         points = [(1 / x["batch"], x[f"{tier}_cpu_s"]) for x in self.levels]
-        inv = 1 / max(1.0, batch)
-        points.sort()
-        if inv <= points[0][0]:
-            return points[0][1]
-        if inv >= points[-1][0]:
-            return points[-1][1]
-        for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-            if x0 <= inv <= x1:
-                return y0 if x1 == x0 else y0 + (y1 - y0) * (inv - x0) / (x1 - x0)
-        return points[-1][1]  # pragma: no cover - the points cover every inv
+        return _between(points, 1 / max(1.0, batch))
+
+    def p99_over_mean(self, clients: float) -> float:
+        """A request's p99 over the mean latency when `clients` clients send back to back,
+        as each level measured it (linear in log clients between levels, flat beyond). The
+        tail's shape changes with the load: alone a request's p99 is the model's and the
+        machine's outliers, several times its median; with many clients every request
+        waits out batches, and the p99 is nearer the mean. A profile written without it:
+        the ratio of p99 to p50 alone, at every load."""
+        points = [
+            (math.log(x["clients"]), x["p99_over_mean"])
+            for x in self.levels
+            if "p99_over_mean" in x
+        ]
+        if not points:
+            return self.p99_ms_alone / self.p50_ms_alone
+        return _between(points, math.log(max(1.0, clients)))
 
     def batch_at(self, clients: float) -> float:
         """The batch `clients` clients sending back to back fill: a power of the clients
@@ -111,6 +124,17 @@ class InteractiveCost:
         (x0, y0), (x1, y1) = points[-2:] if len(points) > 1 else (points[0], points[0])
         slope = (y1 - y0) / (x1 - x0) if x1 != x0 else 0.0
         return math.exp(y1 + slope * (at - x1))
+
+
+def _between(points: list[tuple[float, float]], at: float) -> float:
+    """y at `at` on the line through `points` (x, y), flat beyond the first and last."""
+    points = sorted(points)
+    if at <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x0 <= at <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (at - x0) / (x1 - x0)
+    return points[-1][1]
 
 
 @dataclass(frozen=True)
@@ -460,13 +484,14 @@ def predict_closed_loop(profile: Profile, task: str, clients: int) -> dict[str, 
     """Requests/s and p99 of `clients` clients sending back to back on the measured
     machine: the lesser of what the clients ask at the latency alone and what the path's
     share of the machine's cores serves at the batches `clients` fill; by Little's law the
-    mean latency is clients over requests/s, and the p99 keeps the p99/p50 measured alone."""
+    mean latency is clients over requests/s, and the p99 is the mean times the tail the
+    measured levels give at `clients` (InteractiveCost.p99_over_mean)."""
     cost, cores = profile.interactive[task], profile.machine["cores"]
     batch = cost.batch_at(clients)
     per_request = sum(cost.per_request(t, batch) for t in ("web", "worker", "redis", "client"))
     rps = min(clients * 1000 / cost.p50_ms_alone, cores * cost.busy_share / per_request)
     mean_ms = clients * 1000 / rps
-    return {"requests_per_s": rps, "p99_ms": mean_ms * cost.p99_ms_alone / cost.p50_ms_alone}
+    return {"requests_per_s": rps, "p99_ms": mean_ms * cost.p99_over_mean(clients)}
 
 
 def checks(profile: Profile, measured: dict[str, Any], tolerance: float = 0.2) -> list[dict]:

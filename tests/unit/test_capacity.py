@@ -278,6 +278,40 @@ def test_predictions_for_the_measured_machine() -> None:
     assert eight["requests_per_s"] == pytest.approx(2 / 0.0105)
 
 
+def test_the_p99_under_load_takes_the_tail_each_level_measured() -> None:
+    """A request's p99 with many clients is the mean latency times the tail measured at
+    that load, not the tail of a request alone: alone the p99 is the model's and the
+    machine's outliers (here 3x the median), under load every request waits out batches
+    and the p99 is nearer the mean (here 1.8x). A profile without the levels' tails keeps
+    the tail alone at every load."""
+    measured = PROFILE["interactive"]["classify"]["levels"]
+    levels = [x | {"p99_over_mean": tail} for x, tail in zip(measured, (3.0, 1.8), strict=True)]
+    inter = PROFILE["interactive"]["classify"] | {"levels": levels, "p99_ms_alone": 60}
+    p = profile_from_dict({**PROFILE, "interactive": {"classify": inter}})
+    assert profile_from_dict(profile_to_dict(p)) == p  # kept through JSON
+    many = predict_closed_loop(p, "classify", 64)
+    assert many["p99_ms"] == pytest.approx(64 / many["requests_per_s"] * 1000 * 1.8)
+    one = predict_closed_loop(p, "classify", 1)
+    assert one["p99_ms"] == pytest.approx(1000 / one["requests_per_s"] * 3.0)
+    # 8 clients: half way from 1 to 64 in log clients, half way from 3.0 to 1.8
+    eight = predict_closed_loop(p, "classify", 8)
+    assert eight["p99_ms"] == pytest.approx(8 / eight["requests_per_s"] * 1000 * 2.4)
+    # past the most clients measured: that level's tail
+    more = predict_closed_loop(p, "classify", 512)
+    assert more["p99_ms"] == pytest.approx(512 / more["requests_per_s"] * 1000 * 1.8)
+    # without the levels' tails: the tail alone (60 / 20 ms) at 64 clients too
+    alone = profile_from_dict({**PROFILE, "interactive": {"classify": inter | {
+        "levels": PROFILE["interactive"]["classify"]["levels"]}}})  # fmt: skip
+    assert predict_closed_loop(alone, "classify", 64)["p99_ms"] == pytest.approx(
+        64 / many["requests_per_s"] * 1000 * 3.0
+    )
+    # A hand-edited tail that is not a positive number: the one-line refusal.
+    for damaged in (0, -1.5, float("nan"), float("inf"), "wide", None, True):
+        bad = [levels[0] | {"p99_over_mean": damaged}, levels[1]]
+        with pytest.raises(PlanError, match="incomplete"):
+            profile_from_dict({**PROFILE, "interactive": {"classify": inter | {"levels": bad}}})
+
+
 def test_checks_compare_predictions_with_a_later_run() -> None:
     from fleet.capacity import checks
 

@@ -145,6 +145,10 @@ def test_benchmark_reports_become_profile_figures() -> None:
     assert inter.per_request("worker", 21) == pytest.approx(0.005)
     assert inter.batch_at(64) == pytest.approx(21)
     assert (inter.p50_ms_alone, inter.p99_ms_alone) == (12.9, 20)
+    # each level's p99 over its mean latency (clients / requests/s): 20 ms over 1/78 s,
+    # 460 ms over 64/250 s
+    tails = [x["p99_over_mean"] for x in sorted(inter.levels, key=lambda x: x["clients"])]
+    assert tails == [pytest.approx(20 * 78 / 1000), pytest.approx(460 * 250 / 64000)]
     assert inter.busy_share == pytest.approx((1.5 + 5 + 0.3 + 1) * 250 / 1000 / 2)
     assert [x["clients"] for x in levels] == [1, 64]
     whole = {**PROFILE, "batch": {"classify": cost.__dict__},
