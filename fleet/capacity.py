@@ -483,13 +483,17 @@ def predict_batch_rate(profile: Profile, task: str, workers: int, threads: int) 
 def predict_closed_loop(profile: Profile, task: str, clients: int) -> dict[str, float]:
     """Requests/s and p99 of `clients` clients sending back to back on the measured
     machine: the lesser of what the clients ask at the latency alone and what the path's
-    share of the machine's cores serves at the batches `clients` fill; by Little's law the
+    share of the machine's cores serves at the batches `clients` fill (the latency alone
+    is its mean: the p99 alone over the tail measured alone); by Little's law the
     mean latency is clients over requests/s, and the p99 is the mean times the tail the
     measured levels give at `clients` (InteractiveCost.p99_over_mean)."""
     cost, cores = profile.interactive[task], profile.machine["cores"]
     batch = cost.batch_at(clients)
     per_request = sum(cost.per_request(t, batch) for t in ("web", "worker", "redis", "client"))
-    rps = min(clients * 1000 / cost.p50_ms_alone, cores * cost.busy_share / per_request)
+    # A client alone sends its next request when it has its answer: 1000 over the mean
+    # latency alone a second, which a heavy tail puts above the median.
+    alone_ms = cost.p99_ms_alone / cost.p99_over_mean(1)
+    rps = min(clients * 1000 / alone_ms, cores * cost.busy_share / per_request)
     mean_ms = clients * 1000 / rps
     return {"requests_per_s": rps, "p99_ms": mean_ms * cost.p99_over_mean(clients)}
 

@@ -285,26 +285,31 @@ def test_the_p99_under_load_takes_the_tail_each_level_measured() -> None:
     and the p99 is nearer the mean (here 1.8x). A profile without the levels' tails keeps
     the tail alone at every load."""
     measured = PROFILE["interactive"]["classify"]["levels"]
-    levels = [x | {"p99_over_mean": tail} for x, tail in zip(measured, (3.0, 1.8), strict=True)]
+    levels = [x | {"p99_over_mean": tail} for x, tail in zip(measured, (2.5, 1.8), strict=True)]
     inter = PROFILE["interactive"]["classify"] | {"levels": levels, "p99_ms_alone": 60}
     p = profile_from_dict({**PROFILE, "interactive": {"classify": inter}})
     assert profile_from_dict(profile_to_dict(p)) == p  # kept through JSON
     many = predict_closed_loop(p, "classify", 64)
     assert many["p99_ms"] == pytest.approx(64 / many["requests_per_s"] * 1000 * 1.8)
+    # One client: its mean latency is the p99 alone over the tail alone, 60 / 2.5 = 24 ms
+    # (its median 20): 1000 / 24 requests/s, and the p99 alone again.
     one = predict_closed_loop(p, "classify", 1)
-    assert one["p99_ms"] == pytest.approx(1000 / one["requests_per_s"] * 3.0)
-    # 8 clients: half way from 1 to 64 in log clients, half way from 3.0 to 1.8
+    assert one["requests_per_s"] == pytest.approx(1000 / 24)
+    assert one["p99_ms"] == pytest.approx(60)
+    # 8 clients: half way from 1 to 64 in log clients, half way from 2.5 to 1.8
     eight = predict_closed_loop(p, "classify", 8)
-    assert eight["p99_ms"] == pytest.approx(8 / eight["requests_per_s"] * 1000 * 2.4)
+    assert eight["p99_ms"] == pytest.approx(8 / eight["requests_per_s"] * 1000 * 2.15)
     # past the most clients measured: that level's tail
     more = predict_closed_loop(p, "classify", 512)
     assert more["p99_ms"] == pytest.approx(512 / more["requests_per_s"] * 1000 * 1.8)
-    # without the levels' tails: the tail alone (60 / 20 ms) at 64 clients too
+    # without the levels' tails: the tail alone (60 / 20 ms) at 64 clients too, and one
+    # client at the median alone
     alone = profile_from_dict({**PROFILE, "interactive": {"classify": inter | {
         "levels": PROFILE["interactive"]["classify"]["levels"]}}})  # fmt: skip
     assert predict_closed_loop(alone, "classify", 64)["p99_ms"] == pytest.approx(
         64 / many["requests_per_s"] * 1000 * 3.0
     )
+    assert predict_closed_loop(alone, "classify", 1)["requests_per_s"] == pytest.approx(50)
     # A hand-edited tail that is not a positive number: the one-line refusal.
     for damaged in (0, -1.5, float("nan"), float("inf"), "wide", None, True):
         bad = [levels[0] | {"p99_over_mean": damaged}, levels[1]]
