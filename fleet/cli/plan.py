@@ -186,7 +186,8 @@ def plan(path: Path | None, batch: tuple[str, ...], rps: float, interactive_task
 
 def _check(path: Path | None, against: Path, as_json: bool) -> None:
     from fleet.calibration import read_profile
-    from fleet.capacity import checks, profile_from_dict
+    from fleet.capacity import profile_from_dict
+    from fleet.capacity_check import checks
 
     try:
         profile = profile_from_dict(read_profile(_profile_path(path)))

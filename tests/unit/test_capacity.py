@@ -16,12 +16,11 @@ from fleet.capacity import (
     Profile,
     Target,
     plan,
-    predict_batch_rate,
-    predict_closed_loop,
     processes,
     profile_from_dict,
     profile_to_dict,
 )
+from fleet.capacity_check import predict_batch_rate, predict_closed_loop
 from fleet.mmc import erlang_c, wait_quantile_s
 
 POOLS = Pools(postgres_pool=5, postgres_overflow=5, web_threads=32, interactive_threads=32,
@@ -318,7 +317,7 @@ def test_the_p99_under_load_takes_the_tail_each_level_measured() -> None:
 
 
 def test_checks_compare_predictions_with_a_later_run() -> None:
-    from fleet.capacity import checks
+    from fleet.capacity_check import checks
 
     p = profile()
     later = {
