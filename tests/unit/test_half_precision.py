@@ -30,9 +30,16 @@ def test_fp16_embeddings_and_labels_match_fp32(texts):
     full = Encoder(precision="fp32")
     half = Encoder(precision="fp32")
     half.model.half()
+    # The packed forward (inference/packed.py) was built for the fp32 model, whose weights
+    # it shares, and pools in fp32: with fp16 weights it stops at the first LayerNorm
+    # ("mixed dtype"), which skipped this test on every CPU. fp16 throughout is
+    # transformers' forward.
+    half.packed = None
     try:
         v32, v16 = full.encode(texts), half.encode(texts)
     except RuntimeError as exc:  # pragma: no cover - a CPU build without fp16 kernels
+        if "not implemented for 'Half'" not in str(exc):
+            raise  # anything else is a fault of the code under test, not of the build
         pytest.skip(f"fp16 kernels unavailable on this CPU build: {exc}")
     cosine = (v32 * v16).sum(dim=1)
     assert cosine.min().item() >= 0.999
