@@ -91,12 +91,10 @@ class Bare:
 
         torch.set_num_threads(threads)
         if variant == "bf16-pure":
-            self.encoder = Encoder(precision="fp32")
+            # Every weight and activation in bf16 is transformers' forward: the packed one
+            # (inference/packed.py) shares the fp32 model's weights and pools in fp32.
+            self.encoder = Encoder(precision="fp32", packed=False)
             self.encoder.model = self.encoder.model.to(torch.bfloat16)
-            # The packed forward (inference/packed.py) was built for the fp32 model, whose
-            # weights it shares: it pools and normalizes in fp32 and would meet bf16 ones.
-            # Every weight and activation in bf16 is transformers' forward.
-            self.encoder.packed = None
         else:
             self.encoder = Encoder(precision=variant)
         self.pipeline = Pipeline(lambda task: self.encoder)

@@ -28,13 +28,11 @@ def texts():
 def test_fp16_embeddings_and_labels_match_fp32(texts):
     torch.set_num_threads(1)
     full = Encoder(precision="fp32")
-    half = Encoder(precision="fp32")
+    # fp16 throughout is transformers' forward: the packed one (inference/packed.py) shares
+    # the fp32 model's weights and pools in fp32, and with fp16 weights it stops at the
+    # first LayerNorm ("mixed dtype").
+    half = Encoder(precision="fp32", packed=False)
     half.model.half()
-    # The packed forward (inference/packed.py) was built for the fp32 model, whose weights
-    # it shares, and pools in fp32: with fp16 weights it stops at the first LayerNorm
-    # ("mixed dtype"), which skipped this test on every CPU. fp16 throughout is
-    # transformers' forward.
-    half.packed = None
     try:
         v32, v16 = full.encode(texts), half.encode(texts)
     except RuntimeError as exc:  # pragma: no cover - a CPU build without fp16 kernels
