@@ -4,6 +4,7 @@ request into a profile, and size a fleet for a target load from it (fleet/capaci
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,8 @@ def profile_option(what: str) -> Callable:
 
 
 def _batch_target(values: tuple[str, ...]) -> dict[tuple[str, str], float]:
-    """--batch LANE:TASK=ITEMS_PER_HOUR, repeated."""
+    """--batch LANE:TASK=ITEMS_PER_HOUR, repeated: loads named for the same lane and task
+    add up (two uploads' nightly loads on one lane are one load of both), none is dropped."""
     out: dict[tuple[str, str], float] = {}
     for value in values:
         where, sep, amount = value.partition("=")
@@ -34,9 +36,13 @@ def _batch_target(values: tuple[str, ...]) -> dict[tuple[str, str], float]:
         if not (sep and colon):
             raise PlanError(f"--batch takes LANE:TASK=ITEMS_PER_HOUR, not {value!r}")
         try:
-            out[(lane.strip(), task.strip())] = float(amount.replace("_", ""))
+            items = float(amount.replace("_", ""))
         except ValueError:
             raise PlanError(f"--batch {value!r}: {amount!r} is not a number") from None
+        key = (lane.strip(), task.strip())
+        if not (items > 0 and math.isfinite(items)):
+            raise PlanError(f"{key[0]}:{key[1]} needs a positive number of items per hour")
+        out[key] = out.get(key, 0.0) + items
     return out
 
 

@@ -48,6 +48,21 @@ def test_json_is_the_plan(profile_path: Path) -> None:
     assert plan["postgres"]["connections_max"] == 2 * (POOL_SIZE + MAX_OVERFLOW)
 
 
+def test_repeated_loads_on_one_lane_and_task_add_up(profile_path: Path) -> None:
+    """Two uploads' nightly loads named one after the other are one load of both: the
+    plan sizes for 3,600,000 items an hour, not for the last one named."""
+
+    def plan(*loads: str) -> dict:
+        args = [a for load in loads for a in ("--batch", load)]
+        code, out = run("--profile", str(profile_path), *args, "--json")
+        assert code == 0, out
+        return json.loads(out)
+
+    both = plan("cpu:classify=1_200_000", "cpu:classify=2_400_000")
+    assert both == plan("cpu:classify=3_600_000")
+    assert both != plan("cpu:classify=2_400_000")
+
+
 def test_an_impossible_p99_is_said_not_hidden(profile_path: Path) -> None:
     code, out = run("--profile", str(profile_path), "--interactive", "10", "--p99-ms", "10")
     assert code == 0
@@ -65,6 +80,9 @@ def test_an_impossible_p99_is_said_not_hidden(profile_path: Path) -> None:
         (["--batch", "cpu:translate=5"], "unknown task 'translate'"),
         (["--batch", "cpu:classify=5", "--device", "tpu"], "unknown device 'tpu'"),
         (["--batch", "gpu:classify=5", "--device", "cuda"], "no GPU figure"),
+        (["--batch", "cpu:classify=10", "--batch", "cpu:classify=-3"], "positive number of"),
+        (["--batch", "cpu:classify=nan"], "positive number of items per hour"),
+        (["--batch", "cpu:classify=1e400"], "positive number of items per hour"),
         (["--interactive", "-3"], "positive number of requests/s"),
         (["--interactive", "3", "--p99-ms", "0"], "p99"),
         (["--batch", "cpu:classify=5", "--model", "other"], "not 'other'"),
