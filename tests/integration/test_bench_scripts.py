@@ -129,7 +129,7 @@ def test_the_control_plane_benchmark_measures_both_brokers_and_requests_on_a_rea
     out = tmp_path / "cp.json"
     argv = [sys.executable, str(ROOT / "bench" / "controlplane.py"), "--items", "100",
             "--tasks", "embed", "--warmup", "20", "--clients", "2", "--seconds", "1",
-            "--workers", "2", "--brokers",
+            "--load", "python,wrk", "--workers", "2", "--brokers",
             "redis,rabbitmq", "--port", str(free_port()), "--json", str(out)]  # fmt: skip
     env = {**os.environ, "LANEWAY_BENCH_RABBITMQ": RABBITMQ}
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
@@ -155,6 +155,14 @@ def test_the_control_plane_benchmark_measures_both_brokers_and_requests_on_a_rea
     assert level["requests"] > 0 and level["errors"] == 0
     assert level["p50_ms"] <= level["p99_ms"]
     assert level["cpu_ms_per_request"]["interactive_worker"] > 0
+    # The slowest requests' own stages, from their Server-Timing headers.
+    assert 0 < level["tail_ms"]["view"] <= level["tail_ms"]["total"]
+    # The same level again from wrk, its CPU the client's.
+    level = report["interactive"]["wrk.2"]
+    assert level["load"] == "wrk" and level["requests"] > 0 and level["errors"] == 0
+    assert level["p50_ms"] <= level["p99_ms"]
+    assert level["cpu_ms_per_request"]["interactive_worker"] > 0
+    assert level["cpu_ms_per_request"]["client"] > 0
     # The output ends with the two brokers' figures, one after the other.
     summary = done.stdout[done.stdout.rindex("redis, batch lanes on redis") :]
     assert "rabbitmq, batch lanes on rabbitmq" in summary and "rabbitmq beam.smp" in summary
@@ -184,3 +192,57 @@ def test_the_fair_share_benchmark_measures_a_small_job_and_the_shares_on_a_real_
     ), weighted
     assert report["alone"]["status"] == "succeeded"
     assert report["first_chunk"]["first_chunk_after_commit_seconds"] < 60
+
+
+def test_the_wrk_load_sends_distinct_texts_with_the_key_and_counts_refusals_apart() -> None:
+    """bench/controlplane.py's C load generator against a server of this test's that
+    records every request and refuses every seventh: each request is a POST of one
+    distinct text with the key, and wrk's figures count the refusals apart from the
+    answers (a refusal is never a request served)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from bench.controlplane import wrk_level
+
+    seen: list[tuple[str, str, str, str, bytes]] = []
+    lock = threading.Lock()
+
+    class Recorder(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # kept alive, as the fleet's web app keeps it
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                seen.append((self.command, self.path, self.headers["Authorization"],
+                             self.headers["Content-Type"], body))  # fmt: skip
+                refused = len(seen) % 7 == 0
+            answer = b'{"results": []}'
+            self.send_response(503 if refused else 200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        got, cpu = wrk_level(server.server_address[1], "lw_secret", clients=4, seconds=1)
+    finally:
+        server.shutdown()
+        server.server_close()
+    refused = len(seen) // 7
+    assert got["requests"] >= 50 and cpu > 0
+    # Every request wrk counted reached the server; at most one a connection was cut short
+    # when the time ran out.
+    assert len(seen) - 4 <= got["requests"] <= len(seen)
+    assert refused - 4 <= got["status"] <= refused and got["socket"] == 0
+    assert 0 < got["p50_us"] <= got["p99_us"]
+    texts = []
+    for method, path, auth, kind, body in seen:
+        assert (method, path, auth, kind) == ("POST", "/v1/embed", "Bearer lw_secret",
+                                              "application/json")  # fmt: skip
+        (item,) = json.loads(body)["items"]
+        texts.append(item["text"])
+    assert len(set(texts)) == len(texts)
