@@ -568,6 +568,7 @@ def run_level(
     n = max(1, len(latencies))
     return {
         "clients": clients,
+        "load": "python",
         "requests": len(latencies),
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
