@@ -32,7 +32,7 @@ from celery.utils.time import get_exponential_backoff_interval
 from core.obs import metrics, tracing
 from core.queueing.celery_app import TRANSIENT_ERRORS, LanewayTask, app_settings
 from core.store.cache import CachePlan, ResultCache, StoreBeside, cached_compute, process_cache
-from core.store.redis_conn import redis_client
+from core.store.redis_conn import redis_client, round_trip
 from core.util.faults import model_stage_check
 from core.util.isolate import Failure, isolate
 from db.models import Job
@@ -170,13 +170,14 @@ class CancelWatch:
         return self.step_aside.paused if self.step_aside is not None else 0.0
 
     def _look(self) -> tuple[int, bool]:
-        """The host's busy mark (milliseconds left, when sharing) and the cancel flag."""
+        """The host's busy mark (milliseconds left, when sharing) and the cancel flag, in
+        one round trip on this thread's own connection (`round_trip`: a look is made every
+        LOOK_EVERY seconds of a chunk, and redis-py's pipeline costs as much CPU again)."""
+        commands: list[tuple[str, str]] = [("EXISTS", self.key)]
+        if self.step_aside is not None:
+            commands.append(("PTTL", self.busy_key))
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.exists(self.key)
-            if self.step_aside is not None:
-                pipe.pttl(self.busy_key)
-            cancelled, *mark = pipe.execute()
+            cancelled, *mark = round_trip(self.redis, commands)
         except redis.RedisError:
             return 0, False
         return (max(0, int(mark[0])) if mark else 0), bool(cancelled)

@@ -227,3 +227,27 @@ def test_the_watch_looks_at_redis_at_most_every_look_every_seconds(settings, r, 
     assert watch() is False  # not looked again within LOOK_EVERY
     watch.next_look = 0.0  # LOOK_EVERY has passed
     assert watch() is True
+
+
+def test_the_watch_goes_on_while_redis_is_away_and_sees_a_cancel_once_it_is_back(
+    sharing, r, worker_app
+):
+    """A look that finds no Redis is no cancel and no error (the chunk goes on, with every
+    core); the look after Redis is back reads the flag."""
+    import tasks.chunks
+    from jobs.lifecycle import cancel_key
+    from tests.e2e.procs import free_port
+
+    worker_app(sharing)
+    job_id, _ = stored_job(sharing, ["one text"], prefix="a")
+    watch = tasks.chunks.CancelWatch(job_id, share=True)
+    real = watch.redis
+    assert watch._look() == (0, False)  # the look's own connection, made on this thread
+    watch.redis = redis.Redis(port=free_port(), socket_connect_timeout=1)  # nothing there
+    r.set(cancel_key(job_id), "1", ex=60)
+    assert watch._look() == (0, False)
+    watch.next_look = 0.0
+    assert watch() is False
+    watch.redis = real  # Redis is back
+    watch.next_look = 0.0
+    assert watch() is True
