@@ -81,7 +81,7 @@ def test_a_kill_mid_calibration_stops_the_benchmark_and_every_process_it_started
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     calibrate = subprocess.Popen(
-        [sys.executable, "-m", "fleet.cli", "calibrate", "--items", "1000", "--seconds", "1",
+        [sys.executable, "-m", "fleet.cli", "calibrate", "--items", "100", "--seconds", "1",
          "--levels", "1", "--profile", str(tmp_path / "profile.json")],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env={**os.environ, "TMPDIR": str(tmp_path)}, preexec_fn=as_background_job,
