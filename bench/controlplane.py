@@ -523,6 +523,12 @@ def run_job(
     }
 
 
+def one_text_body(texts: object) -> str:
+    """A one-text embed request's body, the next of `texts` (bench/latency.Texts): what
+    every load generator here sends."""
+    return json.dumps({"items": [{"id": "1", "text": texts.next()}]})  # type: ignore[attr-defined]
+
+
 def run_level(
     fleet: Fleet, meter: Meter, key: str, clients: int, seconds: float, profile: Profile | None
 ) -> dict:
@@ -541,7 +547,7 @@ def run_level(
         conn = http.client.HTTPConnection("127.0.0.1", fleet.port, timeout=60)
         mine, mine_stages = [], []
         while time.perf_counter() < stop:
-            body = json.dumps({"items": [{"id": "1", "text": texts.next()}]}).encode()
+            body = one_text_body(texts).encode()
             began = time.perf_counter()
             conn.request("POST", "/v1/embed", body, headers)
             response = conn.getresponse()
@@ -625,7 +631,7 @@ def wrk_level(port: int, key: str, clients: int, seconds: float) -> tuple[dict, 
         # More bodies than any run sends: a text comes back only past 4,000 requests/s.
         with bodies.open("w") as fh:
             for _ in range(max(1000, int(4000 * seconds))):
-                fh.write(json.dumps({"items": [{"id": "1", "text": texts.next()}]}) + "\n")
+                fh.write(one_text_body(texts) + "\n")
         script = folder / "level.lua"
         script.write_text(WRK_SCRIPT)
         threads = max(1, min(WRK_THREADS, clients))
@@ -678,7 +684,7 @@ TIER_LABELS = {
 
 def broker_run(
     name: str, url: str, args: argparse.Namespace, model: Path, texts: list[str],
-    tokenization_ms: float, levels: list[int], logdir: Path,
+    tokenization_ms: float, levels: list[int], loads: list[str], logdir: Path,
 ) -> tuple[dict, dict]:  # fmt: skip
     """Start a fleet whose batch lanes run on `url` (`name`'s broker), on a database and a
     Redis db index of its own, and run the batch jobs and then `levels` of interactive
@@ -752,7 +758,7 @@ def broker_run(
             run["batch"][task] = done
             print(json.dumps({"broker": name, **done}), flush=True)
         interactive = {}
-        for load in args.load.split(","):
+        for load in loads:
             for clients in levels:
                 if load == "wrk":
                     level = run_level_wrk(fleet, meter, key, clients, args.seconds)
@@ -880,7 +886,7 @@ def main(argv: list[str] | None = None) -> dict:
             with batch_broker(name) if args.brokers else given as url:
                 run, interactive = broker_run(
                     name, url, args, model, texts, tokenization_ms, levels if i == 0 else [],
-                    logdir / name,
+                    loads, logdir / name,
                 )  # fmt: skip
             report["brokers"][name] = run
             report["interactive"].update(interactive)
