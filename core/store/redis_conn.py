@@ -5,11 +5,16 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import select
+import socket
+import ssl
+import struct
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import hiredis
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -85,13 +90,104 @@ def round_trip(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[A
     raises. Nothing is retried: a command may have run already.
     """
     pool = client.connection_pool
-    conn = _own.conns.get(pool)
-    if conn is None:
-        conn = _own.conns[pool] = pool.make_connection()
-    error: redis.ResponseError | None = None
-    replies: list[Any] = []
-    try:
+    wire = _own.conns.get(pool)
+    if wire is None:
+        wire = _own.conns[pool] = _Wire(pool.make_connection())
+    return wire.round_trip(commands)
+
+
+_MORE = object()  # what the reader answers while a reply is still incomplete
+READ_SIZE = 65536
+
+
+class _Wire:
+    """A thread's own connection to one server (see `round_trip`): redis-py's connection
+    makes it (address, database, password, handshake) and this writes and reads its socket
+    itself, the replies parsed by a hiredis reader of its own.
+
+    The socket is put in blocking mode with the connection's timeout left to the kernel
+    (SO_RCVTIMEO, SO_SNDTIMEO): a write or a read is then one system call, where Python's
+    own timeout polls the socket before each, and the check for a closed connection before
+    a write is one poll that does not wait, where redis-py's `can_read` switches the
+    socket's mode twice around a read. Each system call also lets go of the GIL and takes
+    it again, which with many threads busy is a wait of its own. A TLS socket, or a
+    redis-py without the private attributes read here, takes redis-py's own calls
+    (`_pooled`).
+    """
+
+    __slots__ = ("conn", "sock", "reader", "poller")
+
+    def __init__(self, conn: Any) -> None:  # noqa: ANN401 - redis-py's connection
+        self.conn = conn
+        self.sock: socket.socket | None = None
+        self.reader: Any = None
+        self.poller: Any = None
+
+    def round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        try:
+            sock = self._ready()
+            replies = self._pooled(commands) if sock is None else self._direct(sock, commands)
+        except BaseException:
+            self.conn.disconnect()
+            self.sock = None
+            raise
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply  # every reply read: the connection stays
+        return replies
+
+    def _ready(self) -> socket.socket | None:
+        """The connected socket, made again when the server closed it (or a reply nobody
+        read waits on it); None when `_direct` cannot serve this connection."""
+        conn = self.conn
+        if self.sock is not None and getattr(conn, "_sock", None) is self.sock:
+            if not self.poller.poll(0):
+                return self.sock
+            conn.disconnect()
         conn.connect()  # at once when connected
+        sock = getattr(conn, "_sock", None)
+        if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
+            self.sock = None
+            return None
+        options: dict[str, Any] = {"protocolError": redis.InvalidResponse, "notEnoughData": _MORE}
+        options["replyError"] = getattr(conn._parser, "parse_error", redis.ResponseError)
+        if conn.encoder.decode_responses:
+            options["encoding"] = conn.encoder.encoding
+        timeout = conn.socket_timeout
+        sock.settimeout(None)
+        if timeout:
+            limit = struct.pack("ll", int(timeout), int(timeout % 1 * 1_000_000))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+        self.poller = select.poll()
+        self.poller.register(sock, select.POLLIN)
+        self.reader, self.sock = hiredis.Reader(**options), sock
+        return sock
+
+    def _direct(self, sock: socket.socket, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        reader = self.reader
+        replies: list[Any] = []
+        try:
+            sock.sendall(b"".join(self.conn.pack_commands(commands)))
+            for _ in commands:
+                reply = reader.gets()
+                while reply is _MORE:
+                    data = sock.recv(READ_SIZE)
+                    if not data:
+                        raise redis.ConnectionError("Connection closed by server.")
+                    reader.feed(data)
+                    reply = reader.gets()
+                if isinstance(reply, redis.ConnectionError):  # LOADING, NOAUTH: not a reply
+                    raise reply
+                replies.append(reply)
+        except (BlockingIOError, TimeoutError) as exc:  # the kernel's timeout: EAGAIN
+            raise redis.TimeoutError("Timeout reading from socket") from exc
+        except OSError as exc:
+            raise redis.ConnectionError(f"Error {exc.errno} on the socket: {exc}") from exc
+        return replies
+
+    def _pooled(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        conn = self.conn
         try:
             stale = conn.can_read()  # a reply nobody read
         except (redis.ConnectionError, redis.TimeoutError, OSError):
@@ -100,18 +196,13 @@ def round_trip(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[A
             conn.disconnect()
             conn.connect()
         conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+        replies: list[Any] = []
         for _ in commands:
             try:
                 replies.append(conn.read_response())
             except redis.ResponseError as exc:  # the rest are read: the connection stays
                 replies.append(exc)
-                error = error or exc
-    except BaseException:
-        conn.disconnect()
-        raise
-    if error is not None:
-        raise error
-    return replies
+        return replies
 
 
 def ping(settings: Settings) -> bool:

@@ -4,12 +4,46 @@ round trips made on a thread's own connection (`round_trip`)."""
 from __future__ import annotations
 
 import os
+import select
+import socket
+import struct
 import threading
+import uuid
 
 import pytest
 import redis
 
+from core.store import redis_conn
 from core.store.redis_conn import redis_client, round_trip
+
+
+class _NotASocket:
+    """A socket behind another object, as a TLS socket is another object than a plain one."""
+
+    def __init__(self, sock) -> None:
+        self._sock = sock
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+
+class _WrappedConnection(redis.Connection):
+    def _connect(self):
+        return _NotASocket(super()._connect())
+
+
+# A round trip writes and reads a plain socket itself; any other takes redis-py's own calls.
+PATHS = {"direct": {}, "redis-py": {"connection_class": _WrappedConnection}}
+
+
+@pytest.fixture(params=sorted(PATHS))
+def path(request) -> dict:
+    return PATHS[request.param]
+
+
+@pytest.fixture
+def client(settings, path) -> redis.Redis:
+    return redis.Redis.from_url(settings.redis_url, socket_timeout=5, **path)
 
 
 def test_callers_share_one_client_per_url_and_its_connections(settings) -> None:
@@ -49,9 +83,9 @@ def _client_id(r: redis.Redis) -> int:
     return round_trip(r, [("CLIENT", "ID")])[0]
 
 
-def test_a_round_trip_answers_each_command_in_order_on_the_thread_s_own_connection(settings):
-    r = redis_client(settings)
-    key = "laneway:test:trip"
+def test_a_round_trip_answers_each_command_in_order_on_the_thread_s_own_connection(client):
+    r = client
+    key = f"laneway:test:trip:{uuid.uuid4().hex}"
     got = round_trip(r, [("DEL", key), ("RPUSH", key, b"a", b"b"), ("LRANGE", key, 0, -1)])
     assert got == [0, 2, [b"a", b"b"]]  # raw replies, as the server sent them
     mine = _client_id(r)
@@ -63,8 +97,8 @@ def test_a_round_trip_answers_each_command_in_order_on_the_thread_s_own_connecti
     assert others and others[0] != mine  # another thread's is its own
 
 
-def test_an_error_reply_raises_after_every_reply_is_read(settings):
-    r = redis_client(settings)
+def test_an_error_reply_raises_after_every_reply_is_read(client):
+    r = client
     key = "laneway:test:trip-error"
     r.set(key, "not a list", ex=30)
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
@@ -73,16 +107,16 @@ def test_an_error_reply_raises_after_every_reply_is_read(settings):
     assert round_trip(r, [("GET", key)]) == [b"not a list"]
 
 
-def test_a_connection_the_server_closed_is_made_again_before_the_write(settings):
-    r = redis_client(settings)
+def test_a_connection_the_server_closed_is_made_again_before_the_write(settings, client):
+    r = client
     first = _client_id(r)
     assert redis_client(settings).client_kill_filter(_id=first) == 1
     assert round_trip(r, [("PING",)]) == [b"PONG"]  # not a lost first call
     assert _client_id(r) != first
 
 
-def test_a_timeout_drops_the_connection_so_no_late_reply_answers_the_next_call(settings):
-    quick = redis.Redis.from_url(settings.redis_url, socket_timeout=0.2)
+def test_a_timeout_drops_the_connection_so_no_late_reply_answers_the_next_call(settings, path):
+    quick = redis.Redis.from_url(settings.redis_url, socket_timeout=0.2, **path)
     key = "laneway:test:trip-late"
     first = _client_id(quick)
     with pytest.raises(redis.TimeoutError):
@@ -109,3 +143,49 @@ def test_a_forked_child_makes_a_round_trip_on_a_connection_of_its_own(settings) 
     os.close(read)
     assert child != parent
     assert _client_id(r) == parent  # the parent's connection unharmed
+
+
+def _wire(r: redis.Redis):
+    return redis_conn._own.conns[r.connection_pool]
+
+
+def test_a_plain_socket_is_read_and_written_directly_under_the_kernel_s_timeouts(settings):
+    r = redis.Redis.from_url(settings.redis_url, socket_timeout=2.5)
+    assert round_trip(r, [("PING",)]) == [b"PONG"]
+    sock = _wire(r).sock
+    assert sock is not None and sock.gettimeout() is None  # blocking: no poll before each call
+    limit = sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.calcsize("ll"))
+    assert struct.unpack("ll", limit) == (2, 500_000)
+    wrapped = redis.Redis.from_url(settings.redis_url, socket_timeout=2.5, **PATHS["redis-py"])
+    assert round_trip(wrapped, [("PING",)]) == [b"PONG"]
+    assert _wire(wrapped).sock is None  # redis-py's own calls, its own timeout
+
+
+def test_replies_longer_than_one_read_come_back_whole_and_in_order(client):
+    key = f"laneway:test:trip-long:{uuid.uuid4().hex}"
+    big = bytes(range(256)) * 1200  # several reads' worth
+    got = round_trip(
+        client, [("DEL", key), ("SET", key, big, "EX", 30), ("GET", key), ("GET", key)]
+    )
+    assert got == [0, b"OK", big, big]
+    assert round_trip(client, [("STRLEN", key)]) == [len(big)]
+
+
+def test_a_reply_nobody_read_is_found_before_the_write_and_never_answers(settings):
+    r = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
+    key = "laneway:test:trip-stray"
+    round_trip(r, [("SET", key, b"mine", "EX", 30)])
+    first = _client_id(r)
+    sock = _wire(r).sock
+    sock.sendall(b"*1\r\n$4\r\nPING\r\n")  # a command whose reply nobody reads
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    assert poller.poll(5000)  # the stray reply is there
+    assert round_trip(r, [("GET", key)]) == [b"mine"]  # not the stray +PONG
+    assert _client_id(r) != first
+
+
+def test_a_client_that_decodes_gets_text(settings, path):
+    r = redis.Redis.from_url(settings.redis_url, socket_timeout=5, decode_responses=True, **path)
+    key = "laneway:test:trip-text"
+    assert round_trip(r, [("SET", key, "é", "EX", 30), ("GET", key)]) == ["OK", "é"]
