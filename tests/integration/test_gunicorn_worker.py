@@ -28,7 +28,11 @@ def app(environ, start_response):
         release = os.path.join(here, "release")
         while not os.path.exists(release):
             time.sleep(0.01)
+    if environ["PATH_INFO"] == "/read":  # the body read to its end
+        environ["wsgi.input"].read()
     body = str(threading.get_ident()).encode()
+    if environ["PATH_INFO"] == "/smuggled":
+        body = b"smuggled"
     start_response("200 OK", [("Content-Length", str(len(body)))])
     return [body]
 """
@@ -159,3 +163,31 @@ def test_a_connection_past_descriptor_1024_is_waited_on_too():
         ours.close()
         theirs.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def post(conn: http.client.HTTPConnection, path: str, body: bytes, **headers: str) -> str:
+    conn.request("POST", path, body=body, headers=headers)
+    response = conn.getresponse()
+    assert response.status == 200
+    return response.read().decode()
+
+
+SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+@pytest.mark.parametrize("path", ["/ignore", "/read"])
+def test_a_kept_alive_connection_s_next_request_starts_after_the_body_read_or_not(server, path):
+    """A body the app left unread is drained before the next request is parsed, also on
+    the thread that answered (else its bytes, here a whole request, would be taken for the
+    next one); one read to its end leaves nothing to drain. Either way the next request is
+    the one the caller sent."""
+    port, log, _ = server
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for _ in range(3):
+        assert post(conn, path, SMUGGLED) != "smuggled"
+        assert get(conn) != "smuggled"
+    assert post(conn, path, SMUGGLED * 1000) != "smuggled"  # longer than one read
+    assert get(conn) != "smuggled"
+    conn.close()
+    assert "smuggled" not in log.read_text()
+    assert "Traceback" not in log.read_text()
