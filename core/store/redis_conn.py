@@ -151,8 +151,9 @@ class _Wire:
             return None
         options: dict[str, Any] = {"protocolError": redis.InvalidResponse, "notEnoughData": _MORE}
         options["replyError"] = getattr(conn._parser, "parse_error", redis.ResponseError)
-        if conn.encoder.decode_responses:
+        if conn.encoder.decode_responses:  # as redis-py's own reader decodes
             options["encoding"] = conn.encoder.encoding
+            options["errors"] = conn.encoder.encoding_errors
         timeout = conn.socket_timeout
         sock.settimeout(None)
         if timeout:

@@ -189,3 +189,8 @@ def test_a_client_that_decodes_gets_text(settings, path):
     r = redis.Redis.from_url(settings.redis_url, socket_timeout=5, decode_responses=True, **path)
     key = "laneway:test:trip-text"
     assert round_trip(r, [("SET", key, "é", "EX", 30), ("GET", key)]) == ["OK", "é"]
+    lenient = redis.Redis.from_url(
+        settings.redis_url, decode_responses=True, encoding_errors="replace", **path
+    )
+    round_trip(r, [("SET", key, b"\xff", "EX", 30)])
+    assert round_trip(lenient, [("GET", key)]) == ["\ufffd"]  # the client's own error handling
