@@ -150,7 +150,8 @@ class _Wire:
             self.sock = None
             return None
         options: dict[str, Any] = {"protocolError": redis.InvalidResponse, "notEnoughData": _MORE}
-        options["replyError"] = getattr(conn._parser, "parse_error", redis.ResponseError)
+        parser = getattr(conn, "_parser", None)  # redis-py's error classes, as it reads them
+        options["replyError"] = getattr(parser, "parse_error", redis.ResponseError)
         if conn.encoder.decode_responses:  # as redis-py's own reader decodes
             options["encoding"] = conn.encoder.encoding
             options["errors"] = conn.encoder.encoding_errors

@@ -194,3 +194,9 @@ def test_a_client_that_decodes_gets_text(settings, path):
     )
     round_trip(r, [("SET", key, b"\xff", "EX", 30)])
     assert round_trip(lenient, [("GET", key)]) == ["\ufffd"]  # the client's own error handling
+
+
+def test_an_error_reply_is_the_exception_redis_py_gives_it(client):
+    with pytest.raises(redis.exceptions.NoScriptError):  # a ResponseError of its own class
+        round_trip(client, [("EVALSHA", "0" * 40, 0)])
+    assert round_trip(client, [("PING",)]) == [b"PONG"]
