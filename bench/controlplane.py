@@ -855,6 +855,8 @@ def main(argv: list[str] | None = None) -> dict:
         if not brokers or set(brokers) - set(BROKERS) or len(set(brokers)) < len(brokers):
             parser.error(f"--brokers takes each of {', '.join(BROKERS)} once, not {args.brokers!r}")
 
+    from bench.latency import finish, speed_probe
+
     logdir = Path(tempfile.mkdtemp(prefix="laneway-controlplane-"))
     report: dict = {
         "format": 2,  # the keys below are read by other tools: add keys, never rename one
@@ -862,6 +864,7 @@ def main(argv: list[str] | None = None) -> dict:
         "workers": args.workers,
         "cpus": os.cpu_count(),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        "speed_probe_start_s": speed_probe(),  # and at the end: bench/latency.py finish
         # Each batch broker's run, in the order run: `brokers.<broker>.batch.<task>`.
         "brokers": {},
         # The interactive path runs on Redis whatever the batch broker: measured once, on
@@ -893,8 +896,6 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         if not args.keep:
             shutil.rmtree(logdir, ignore_errors=True)
-    from bench.latency import finish
-
     finish(report, args.json)
     print(summary(report), flush=True)
     return report

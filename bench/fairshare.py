@@ -359,11 +359,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
+    from bench.latency import finish, speed_probe
+
     report: dict = {
         "format": 1,
         "task": args.task,
         "cpus": os.cpu_count(),
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
+        "speed_probe_start_s": speed_probe(),
     }
 
     def ours(port: int) -> dict:
@@ -406,8 +409,6 @@ def main(argv: list[str] | None = None) -> dict:
             + report["baseline_alone_after"]["items_per_s"]
         ) / 2
         report["alone_against_baseline"] = round(report["alone"]["items_per_s"] / base, 3)
-    from bench.latency import finish
-
     finish(report, args.json)
     return report
 

@@ -351,6 +351,7 @@ def main() -> None:
     procs: list[subprocess.Popen] = []
     report: dict = {
         "load_average_start": os.getloadavg(),
+        "speed_probe_start_s": speed_probe(),
         "cpus": os.cpu_count(),
         "task": args.task,
         "texts": {name: words(texts) for name, texts in text_sets.items()},
@@ -497,9 +498,27 @@ def main() -> None:
         print(f"logs in {logdir}", file=sys.stderr)
 
 
+PROBE_STEPS = 2_000_000
+
+
+def speed_probe() -> float:
+    """Seconds a fixed pure-Python loop takes here, the best of three: how fast the cores
+    ran as a run started or ended. A shared VM's speed moves by a third within minutes, and
+    with it every figure; the probe lets one run's figures be read beside another's."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(PROBE_STEPS):
+            pass
+        best = min(best, time.perf_counter() - started)
+    return round(best, 4)
+
+
 def finish(report: dict, out: str | None) -> None:
-    """The run's end: its load average into the report, printed, and written to `out`."""
+    """The run's end: its load average and speed probe into the report, printed, and
+    written to `out`."""
     report["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    report["speed_probe_end_s"] = speed_probe()
     print(json.dumps(report, indent=1))
     if out:
         Path(out).write_text(json.dumps(report, indent=1))

@@ -137,6 +137,8 @@ def test_the_control_plane_benchmark_measures_both_brokers_and_requests_on_a_rea
     report = json.loads(out.read_text())
     assert report["format"] == 2 and list(report["brokers"]) == ["redis", "rabbitmq"]
     assert report["workers"] == 2  # two cpu workers on this host, as `laneway fleet` runs them
+    # How fast the cores ran as the run started and ended: a loop's seconds, some fraction.
+    assert 0 < report["speed_probe_start_s"] < 60 and 0 < report["speed_probe_end_s"] < 60
     tiers = {}
     for broker, run in report["brokers"].items():
         job = run["batch"]["embed"]
