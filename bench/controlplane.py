@@ -67,7 +67,11 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from bench.latency import Texts
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -523,10 +527,10 @@ def run_job(
     }
 
 
-def one_text_body(texts: object) -> str:
-    """A one-text embed request's body, the next of `texts` (bench/latency.Texts): what
-    every load generator here sends."""
-    return json.dumps({"items": [{"id": "1", "text": texts.next()}]})  # type: ignore[attr-defined]
+def one_text_body(texts: Texts) -> str:
+    """A one-text embed request's body, the next of `texts`: what every load generator here
+    sends."""
+    return json.dumps({"items": [{"id": "1", "text": texts.next()}]})
 
 
 def run_level(

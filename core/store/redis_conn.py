@@ -140,7 +140,7 @@ class _Wire:
         """The connected socket, made again when the server closed it (or a reply nobody
         read waits on it); None when `_direct` cannot serve this connection."""
         conn = self.conn
-        if self.sock is not None and getattr(conn, "_sock", None) is self.sock:
+        if self.sock is not None:  # set only here, cleared with every disconnect of ours
             if not self.poller.poll(0):
                 return self.sock
             conn.disconnect()
